@@ -1,0 +1,1 @@
+"""Data pipeline: sources, filtering, splitting, caching and batching."""

@@ -1,0 +1,91 @@
+"""Building blocks shared by the backbones: norms, causal short convolution, SwiGLU, residual blocks."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm with a learned scale (fp32 statistics)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (normed * self.weight).to(x.dtype)
+
+
+class GatedRMSNorm(RMSNorm):
+    """RMSNorm(x) * SiLU(gate), as at the output of Mamba-2 and Gated DeltaNet layers."""
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * F.silu(gate)
+
+
+class ShortConv(nn.Module):
+    """Causal depthwise 1-D convolution over time followed by an optional SiLU.
+
+    Input [B, T, C] -> output [B, T, C]; position t sees positions t-kernel_size+1 .. t. Callers zero the
+    padded positions of the input, so extra left-padding is indistinguishable from the conv's own zeros.
+    """
+
+    def __init__(self, channels: int, kernel_size: int = 4, activation: bool = True, bias: bool = False):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.activation = activation
+        self.conv = nn.Conv1d(channels, channels, kernel_size, groups=channels, bias=bias, padding=kernel_size - 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        T = x.shape[1]
+        y = self.conv(x.transpose(1, 2))[..., :T].transpose(1, 2)  # [B, T, C]
+        return F.silu(y) if self.activation else y
+
+
+class SwiGLU(nn.Module):
+    """Feed-forward W_down(SiLU(W_gate x) * W_up x) with hidden width ``hidden``."""
+
+    def __init__(self, dim: int, hidden: int | None = None, dropout: float = 0.0):
+        super().__init__()
+        hidden = hidden or 4 * dim
+        self.gate = nn.Linear(dim, hidden, bias=False)
+        self.up = nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.down(F.silu(self.gate(x)) * self.up(x)))
+
+
+def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Normalise the last dimension to unit L2 norm (zero vectors stay zero)."""
+    return x * torch.rsqrt(x.float().pow(2).sum(-1, keepdim=True) + eps).to(x.dtype)
+
+
+class PreNormStack(nn.Module):
+    """``n_layers`` pre-norm residual blocks: x + mixer(norm(x), mask), then x + SwiGLU(norm(x)).
+
+    ``make_mixer(layer_index)`` builds each token mixer (a module called as mixer(x, mask)). Padded
+    positions are zeroed after every block so they never leak into real positions.
+    """
+
+    def __init__(self, d_model: int, n_layers: int, make_mixer, dropout: float = 0.0, ffn_mult: float = 4.0):
+        super().__init__()
+        self.mixers = nn.ModuleList(make_mixer(i) for i in range(n_layers))
+        self.mixer_norms = nn.ModuleList(RMSNorm(d_model) for _ in range(n_layers))
+        self.ffns = nn.ModuleList(SwiGLU(d_model, int(ffn_mult * d_model), dropout) for _ in range(n_layers))
+        self.ffn_norms = nn.ModuleList(RMSNorm(d_model) for _ in range(n_layers))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        keep = mask.unsqueeze(-1).to(x.dtype)  # [B, T, 1]
+        x = x * keep
+        for mixer, mixer_norm, ffn, ffn_norm in zip(self.mixers, self.mixer_norms, self.ffns, self.ffn_norms):
+            x = x + self.dropout(mixer(mixer_norm(x), mask))
+            x = (x + ffn(ffn_norm(x))) * keep
+        return x

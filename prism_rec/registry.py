@@ -1,0 +1,104 @@
+"""Registries of backbones and datasets.
+
+A backbone is an ``nn.Module`` built as ``cls(d_model=..., **options)`` whose forward takes hidden
+states [B, T, d] and a padding mask [B, T] (True = real item; sequences are left-padded) and returns
+[B, T, d], causally. Registering one is a decorator on a class or factory in a file of
+``baselines/``; every module there is imported when the registry is first read, so a new file is all it
+takes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+_BACKBONES: dict[str, "BackboneEntry"] = {}
+_DATASETS: dict[str, Any] = {}
+_discovered = False
+
+
+@dataclass(frozen=True)
+class BackboneEntry:
+    name: str
+    factory: Callable[..., Any]
+    defaults: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+
+def register_backbone(name: str, description: str = "", **defaults: Any):
+    """Register ``factory`` under ``name``; ``defaults`` are options applied before user overrides.
+
+    The same factory may be registered under several names with different defaults (presets).
+    """
+
+    def decorator(factory):
+        if name in _BACKBONES and _BACKBONES[name].factory is not factory:
+            raise ValueError(f"backbone {name!r} is registered twice ({_BACKBONES[name].factory} and {factory})")
+        doc = description or (factory.__doc__ or "").strip().splitlines()[0:1]
+        _BACKBONES[name] = BackboneEntry(name, factory, dict(defaults), doc if isinstance(doc, str) else "".join(doc))
+        return factory
+
+    return decorator
+
+
+def register_dataset(name: str):
+    """Register a dataset source class (see ``prism_rec.data.sources.DatasetSource``) under ``name``."""
+
+    def decorator(cls):
+        if name in _DATASETS and _DATASETS[name] is not cls:
+            raise ValueError(f"dataset {name!r} is registered twice")
+        _DATASETS[name] = cls
+        return cls
+
+    return decorator
+
+
+def _discover() -> None:
+    """Import every module that registers backbones or datasets (once)."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    import prism_rec.baselines as baselines
+
+    for module in pkgutil.iter_modules(baselines.__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"prism_rec.baselines.{module.name}")
+    for name in ("prism_rec.prism", "prism_rec.data.sources"):
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name != name:
+                raise
+
+
+def list_backbones() -> list[str]:
+    _discover()
+    return sorted(_BACKBONES)
+
+
+def backbone_entry(name: str) -> BackboneEntry:
+    _discover()
+    if name not in _BACKBONES:
+        raise KeyError(f"unknown backbone {name!r}; registered: {', '.join(sorted(_BACKBONES))}")
+    return _BACKBONES[name]
+
+
+def build_backbone(name: str, d_model: int = 64, **overrides: Any):
+    """Build the backbone ``name`` at width ``d_model``; ``overrides`` replace its registered defaults."""
+    entry = backbone_entry(name)
+    return entry.factory(d_model=d_model, **{**entry.defaults, **overrides})
+
+
+def list_datasets() -> list[str]:
+    _discover()
+    return sorted(_DATASETS)
+
+
+def get_dataset(name: str):
+    _discover()
+    if name not in _DATASETS:
+        raise KeyError(f"unknown dataset {name!r}; registered: {', '.join(sorted(_DATASETS))}")
+    return _DATASETS[name]
