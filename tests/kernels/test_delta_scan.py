@@ -1,0 +1,87 @@
+"""delta_scan: the chunked PyTorch path against the per-token reference, and input handling."""
+
+import itertools
+
+import pytest
+import torch
+
+from prism_rec.kernels import delta_scan
+
+from .scan_cases import assert_close_to, make_inputs, run_with_grads
+
+SHAPE = dict(B=2, H=3, K=8, V=12)
+
+
+@pytest.mark.parametrize("T, L, with_beta, with_initial_state", [
+    (T, L, with_beta, with_init)
+    for T, L, (with_beta, with_init) in itertools.product((1, 17, 63, 130), (0, 1, 2, 3), itertools.product((True, False), repeat=2))
+])
+def test_torch_matches_naive(T, L, with_beta, with_initial_state):
+    inputs = make_inputs(T=T, L=L, with_beta=with_beta, with_initial_state=with_initial_state, **SHAPE, seed=T + 7 * L)
+    assert_close_to(run_with_grads(inputs, "torch"), run_with_grads(inputs, "naive"), rtol=1e-4)
+
+
+@pytest.mark.parametrize("backend", ["naive", "torch"])
+@pytest.mark.parametrize("with_beta", [True, False])
+def test_left_padding_leaves_state_unchanged(backend, with_beta):
+    inputs = {n: None if x is None else x.detach() for n, x in make_inputs(T=40, L=2, with_beta=with_beta, with_initial_state=True, **SHAPE).items()}
+    padded = dict(inputs)
+    pad = 9
+    for name in ("q", "k", "v", "g", "beta", "extra_k", "extra_v"):
+        if inputs[name] is not None:
+            x = inputs[name].clone()
+            x[:, :pad] = torch.randn_like(x[:, :pad]) if name in ("q", "beta") else 0.0
+            padded[name] = x
+    _, state_padded = delta_scan(**padded, output_final_state=True, backend=backend)
+    o_tail, state_tail = delta_scan(**{n: x if x is None or n == "initial_state" else x[:, pad:] for n, x in padded.items()}, output_final_state=True, backend=backend)
+    o_full, _ = delta_scan(**padded, output_final_state=True, backend=backend)
+    torch.testing.assert_close(state_padded, state_tail, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(o_full[:, pad:], o_tail, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["naive", "torch"])
+@pytest.mark.parametrize("with_beta", [True, False])
+def test_extra_write_reaches_every_output(backend, with_beta):
+    inputs = {n: None if x is None else x.detach() for n, x in make_inputs(B=1, T=70, H=2, K=8, V=12, L=3, with_beta=with_beta, with_initial_state=False).items()}
+    o_with, _ = delta_scan(**inputs, backend=backend)
+    o_without, _ = delta_scan(**{**inputs, "extra_k": None, "extra_v": None}, backend=backend)
+    change_per_token = (o_with - o_without).abs().amax(dim=(0, 2, 3))  # [T]
+    assert (change_per_token > 1e-3).all()
+
+
+def test_final_state_only_when_asked_and_output_dtype():
+    inputs = {n: None if x is None else x.detach().to(torch.bfloat16) for n, x in make_inputs(T=5, L=1, with_beta=True, with_initial_state=False, **SHAPE).items()}
+    o, state = delta_scan(**inputs, backend="torch")
+    assert state is None and o.dtype == torch.bfloat16
+    _, state = delta_scan(**inputs, output_final_state=True, backend="torch")
+    assert state.dtype == torch.float32 and state.shape == (2, 3, 8, 12)
+
+
+def test_default_scale_is_inverse_sqrt_key_dim():
+    inputs = {n: None if x is None else x.detach() for n, x in make_inputs(T=6, L=0, with_beta=True, with_initial_state=False, **SHAPE).items()}
+    o_default, _ = delta_scan(**inputs, backend="naive")
+    o_explicit, _ = delta_scan(**inputs, scale=8 ** -0.5, backend="naive")
+    torch.testing.assert_close(o_default, o_explicit)
+
+
+@pytest.mark.parametrize("name, bad_shape, message", [
+    ("k", (2, 5, 3, 9), "k must have shape"),
+    ("v", (2, 5, 4, 12), "v must have shape"),
+    ("g", (2, 5, 3, 1), "g must have shape"),
+    ("beta", (2, 5), "beta must have shape"),
+    ("extra_v", (2, 5, 3, 2, 12), "extra_v must have shape"),
+    ("initial_state", (2, 3, 12, 8), "initial_state must have shape"),
+])
+def test_shape_errors_name_the_argument(name, bad_shape, message):
+    inputs = {n: None if x is None else x.detach() for n, x in make_inputs(T=5, L=1, with_beta=True, with_initial_state=True, **SHAPE).items()}
+    inputs[name] = torch.zeros(bad_shape)
+    with pytest.raises(ValueError, match=message):
+        delta_scan(**inputs)
+
+
+def test_unknown_backend_and_lonely_extra_are_rejected():
+    inputs = {n: None if x is None else x.detach() for n, x in make_inputs(T=5, L=1, with_beta=True, with_initial_state=False, **SHAPE).items()}
+    with pytest.raises(ValueError, match="backend"):
+        delta_scan(**inputs, backend="cuda")
+    with pytest.raises(ValueError, match="together"):
+        delta_scan(**{**inputs, "extra_v": None})
