@@ -40,7 +40,7 @@ def run_with_grads(inputs, backend, seed=1):
 
 
 def relative_error(actual, expected):
-    return ((actual.float() - expected.float()).norm() / expected.float().norm().clamp_min(1e-2)).item()  # absolute below a norm of 1e-2
+    return ((actual.float() - expected.float()).norm() / expected.float().norm().clamp_min(1.0)).item()  # absolute when the reference norm is below 1 (e.g. d_g = 0 at T = 1)
 
 
 def assert_close_to(actual, expected, rtol):

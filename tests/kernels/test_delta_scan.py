@@ -1,5 +1,6 @@
 """delta_scan: the chunked PyTorch path against the per-token reference, and input handling."""
 
+import importlib.util
 import itertools
 
 import pytest
@@ -8,6 +9,14 @@ import torch
 from prism_rec.kernels import delta_scan
 
 from .scan_cases import assert_close_to, make_inputs, run_with_grads
+
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+SCAN_BACKENDS = ["naive", "torch"] + (["triton"] if HAS_TRITON else [])
+
+
+def device_for(backend):
+    """Triton runs on CUDA when present, else on CPU tensors through its interpreter (see conftest)."""
+    return "cuda" if backend == "triton" and torch.cuda.is_available() else "cpu"
 
 SHAPE = dict(B=2, H=3, K=8, V=12)
 
@@ -21,10 +30,31 @@ def test_torch_matches_naive(T, L, with_beta, with_initial_state):
     assert_close_to(run_with_grads(inputs, "torch"), run_with_grads(inputs, "naive"), rtol=1e-4)
 
 
-@pytest.mark.parametrize("backend", ["naive", "torch"])
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+@pytest.mark.parametrize("T, L, with_beta", list(itertools.product((1, 17, 63, 130), (0, 1, 2, 3), (True, False))))
+def test_triton_matches_naive(T, L, with_beta):
+    with_initial_state = (T + L) % 2 == 1  # half the cases, covering both for every T and L
+    inputs = make_inputs(T=T, L=L, with_beta=with_beta, with_initial_state=with_initial_state, **SHAPE, seed=T + 7 * L, device=device_for("triton"))
+    assert_close_to(run_with_grads(inputs, "triton"), run_with_grads(inputs, "naive"), rtol=1e-4)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+@pytest.mark.parametrize("chunk_size", [16, 64])
+def test_triton_chunk_sizes_agree_with_naive(chunk_size):
+    from prism_rec.kernels.triton_chunk import triton_delta_scan
+
+    inputs = {n: None if x is None else x.detach() for n, x in make_inputs(B=1, T=70, H=2, K=16, V=32, L=3, with_beta=True, with_initial_state=True, device=device_for("triton")).items()}
+    o, state = triton_delta_scan(**inputs, scale=0.25, chunk_size=chunk_size)
+    o_ref, state_ref = delta_scan(**inputs, scale=0.25, output_final_state=True, backend="naive")
+    torch.testing.assert_close(o, o_ref.to(o.device), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(state, state_ref.to(o.device), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", SCAN_BACKENDS)
 @pytest.mark.parametrize("with_beta", [True, False])
 def test_left_padding_leaves_state_unchanged(backend, with_beta):
-    inputs = {n: None if x is None else x.detach() for n, x in make_inputs(T=40, L=2, with_beta=with_beta, with_initial_state=True, **SHAPE).items()}
+    inputs = make_inputs(T=40, L=2, with_beta=with_beta, with_initial_state=True, **SHAPE, device=device_for(backend))
+    inputs = {n: None if x is None else x.detach() for n, x in inputs.items()}
     padded = dict(inputs)
     pad = 9
     for name in ("q", "k", "v", "g", "beta", "extra_k", "extra_v"):
@@ -39,10 +69,11 @@ def test_left_padding_leaves_state_unchanged(backend, with_beta):
     torch.testing.assert_close(o_full[:, pad:], o_tail, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("backend", ["naive", "torch"])
+@pytest.mark.parametrize("backend", SCAN_BACKENDS)
 @pytest.mark.parametrize("with_beta", [True, False])
 def test_extra_write_reaches_every_output(backend, with_beta):
-    inputs = {n: None if x is None else x.detach() for n, x in make_inputs(B=1, T=70, H=2, K=8, V=12, L=3, with_beta=with_beta, with_initial_state=False).items()}
+    inputs = make_inputs(B=1, T=70, H=2, K=8, V=12, L=3, with_beta=with_beta, with_initial_state=False, device=device_for(backend))
+    inputs = {n: None if x is None else x.detach() for n, x in inputs.items()}
     o_with, _ = delta_scan(**inputs, backend=backend)
     o_without, _ = delta_scan(**{**inputs, "extra_k": None, "extra_v": None}, backend=backend)
     change_per_token = (o_with - o_without).abs().amax(dim=(0, 2, 3))  # [T]

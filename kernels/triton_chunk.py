@@ -1,0 +1,333 @@
+"""Fused Triton delta scan: one program per (batch, head) walks all chunks with the fp32 state on chip.
+
+Forward: one launch, grid (value blocks, B * H); it writes o, the final state and, when gradients
+are needed, the state at the start of every chunk. Backward: one launch, grid (B * H,), walking the
+chunks in reverse with d(state) on chip and recomputing each chunk's intra-chunk terms (the UT/WY
+transform of kernels/chunk.py) from the stored chunk-start state. All accumulation is fp32; the
+matrix products use tf32 for bf16/fp16 inputs and full fp32 for fp32 inputs.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _unit_lower_inverse(A, BT: tl.constexpr):
+    """(I + A)^{-1} for strictly lower-triangular A [BT, BT], by forward substitution over rows."""
+    rows = tl.arange(0, BT)
+    inverse = (rows[:, None] == rows[None, :]).to(tl.float32)
+    for i in range(1, BT):
+        a_row = tl.sum(tl.where(rows[:, None] == i, A, 0.0), 0)  # A[i, :], zero from column i on
+        new_row = tl.where(rows == i, 1.0, 0.0) - tl.sum(a_row[:, None] * inverse, 0)
+        inverse = tl.where(rows[:, None] == i, new_row[None, :], inverse)
+    return inverse
+
+
+@triton.jit
+def _load_chunk(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, b, h, t0, v0, T, H, K, V, L,
+                HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr,
+                BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BL: tl.constexpr):
+    """Tiles of one chunk in fp32 (zero outside the sequence): q, k [BT, BK], v [BT, BV], g, beta [BT],
+    extra keys/values [BT * BL, BK|BV] (row r = token r // BL, write r % BL) and each row's token."""
+    t = t0 + tl.arange(0, BT)
+    cols_k = tl.arange(0, BK)
+    cols_v = v0 + tl.arange(0, BV)
+    token_row = ((b * T + t) * H + h)  # [BT] int64
+    in_seq = t < T
+    mask_k = in_seq[:, None] & (cols_k[None, :] < K)
+    mask_v = in_seq[:, None] & (cols_v[None, :] < V)
+    q = tl.load(q_ptr + token_row[:, None] * K + cols_k[None, :], mask=mask_k, other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + token_row[:, None] * K + cols_k[None, :], mask=mask_k, other=0.0).to(tl.float32)
+    v = tl.load(v_ptr + token_row[:, None] * V + cols_v[None, :], mask=mask_v, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + token_row, mask=in_seq, other=0.0).to(tl.float32)
+    if HAS_BETA:
+        beta = tl.load(beta_ptr + token_row, mask=in_seq, other=0.0).to(tl.float32)
+    else:
+        beta = tl.zeros([BT], dtype=tl.float32)
+    rows = tl.arange(0, BT * BL)
+    row_token = rows // BL
+    if HAS_EXTRA:
+        write = rows % BL
+        t_r = t0 + row_token
+        extra_row = ((b * T + t_r) * H + h) * L + write
+        in_rows = (t_r < T) & (write < L)
+        ek = tl.load(ek_ptr + extra_row[:, None] * K + cols_k[None, :], mask=in_rows[:, None] & (cols_k[None, :] < K), other=0.0).to(tl.float32)
+        ev = tl.load(ev_ptr + extra_row[:, None] * V + cols_v[None, :], mask=in_rows[:, None] & (cols_v[None, :] < V), other=0.0).to(tl.float32)
+    else:
+        ek = tl.zeros([BT * BL, BK], dtype=tl.float32)
+        ev = tl.zeros([BT * BL, BV], dtype=tl.float32)
+    return q, k, v, g, beta, ek, ev, row_token
+
+
+@triton.jit
+def _decays(g, row_token, BT: tl.constexpr, BL: tl.constexpr):
+    """Cumulative log-decay per token G [BT] and per extra row Ge [BT * BL], and the chunk total."""
+    tokens = tl.arange(0, BT)
+    G = tl.cumsum(g, 0)
+    G_extra = tl.sum(tl.where(tokens[None, :] <= row_token[:, None], g[None, :], 0.0), 1)
+    return G, G_extra, tl.sum(g, 0)
+
+
+@triton.jit
+def _masked_decay(G_rows, G_cols, mask):
+    return tl.where(mask, tl.exp(tl.where(mask, G_rows[:, None] - G_cols[None, :], 0.0)), 0.0)
+
+
+@triton.jit
+def _forward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, s0_ptr,
+                    o_ptr, final_ptr, chunk_states_ptr, scale, T, H, K, V, L, NT,
+                    HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_INITIAL: tl.constexpr,
+                    STORE_CHUNK_STATES: tl.constexpr, PRECISION: tl.constexpr,
+                    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BL: tl.constexpr):
+    v_block = tl.program_id(0)
+    bh = tl.cast(tl.program_id(1), tl.int64)
+    b = bh // H
+    h = bh % H
+    v0 = v_block * BV
+    cols_k = tl.arange(0, BK)
+    cols_v = v0 + tl.arange(0, BV)
+    state_offsets = cols_k[:, None] * V + cols_v[None, :]  # [BK, BV]
+    state_mask = (cols_k[:, None] < K) & (cols_v[None, :] < V)
+    if HAS_INITIAL:
+        state = tl.load(s0_ptr + bh * K * V + state_offsets, mask=state_mask, other=0.0).to(tl.float32)
+    else:
+        state = tl.zeros([BK, BV], dtype=tl.float32)
+    tokens = tl.arange(0, BT)
+    inclusive = tokens[:, None] >= tokens[None, :]
+    strict = tokens[:, None] > tokens[None, :]
+    for n in range(NT):
+        chunk = tl.cast(n, tl.int64)
+        t0 = chunk * BT
+        q, k, v, g, beta, ek, ev, row_token = _load_chunk(
+            q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, b, h, t0, v0, T, H, K, V, L,
+            HAS_BETA, HAS_EXTRA, BT, BK, BV, BL)
+        if STORE_CHUNK_STATES:
+            tl.store(chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, state, mask=state_mask)
+        G, G_extra, G_last = _decays(g, row_token, BT, BL)
+        gamma = tl.exp(G)
+        if HAS_BETA:
+            A = beta[:, None] * _masked_decay(G, G, strict) * tl.dot(k, tl.trans(k), input_precision=PRECISION)
+            rhs = beta[:, None] * v - (beta * gamma)[:, None] * tl.dot(k, state, input_precision=PRECISION)
+            if HAS_EXTRA:
+                Bx = beta[:, None] * _masked_decay(G, G_extra, row_token[None, :] < tokens[:, None]) * tl.dot(k, tl.trans(ek), input_precision=PRECISION)
+                rhs -= tl.dot(Bx, ev, input_precision=PRECISION)
+            u = tl.dot(_unit_lower_inverse(A, BT), rhs, input_precision=PRECISION)  # [BT, BV]
+        else:
+            u = v
+        scores = _masked_decay(G, G, inclusive) * tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        o = gamma[:, None] * tl.dot(q, state, input_precision=PRECISION) + tl.dot(scores, u, input_precision=PRECISION)
+        state = tl.exp(G_last) * state + tl.dot(tl.trans(k * tl.exp(G_last - G)[:, None]), u, input_precision=PRECISION)
+        if HAS_EXTRA:
+            extra_scores = _masked_decay(G, G_extra, row_token[None, :] <= tokens[:, None]) * tl.dot(q, tl.trans(ek), input_precision=PRECISION)
+            o += tl.dot(extra_scores, ev, input_precision=PRECISION)
+            state += tl.dot(tl.trans(ek * tl.exp(G_last - G_extra)[:, None]), ev, input_precision=PRECISION)
+        t = t0 + tokens
+        o_offsets = ((b * T + t) * H + h)[:, None] * V + cols_v[None, :]
+        tl.store(o_ptr + o_offsets, (scale * o).to(o_ptr.dtype.element_ty), mask=(t[:, None] < T) & (cols_v[None, :] < V))
+    tl.store(final_ptr + bh * K * V + state_offsets, state, mask=state_mask)
+
+
+@triton.jit
+def _backward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, chunk_states_ptr,
+                     do_ptr, dfinal_ptr, dq_ptr, dk_ptr, dv_ptr, dg_ptr, dbeta_ptr, dek_ptr, dev_ptr, ds0_ptr,
+                     scale, T, H, K, V, L, NT,
+                     HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_DFINAL: tl.constexpr,
+                     PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BL: tl.constexpr):
+    bh = tl.cast(tl.program_id(0), tl.int64)
+    b = bh // H
+    h = bh % H
+    cols_k = tl.arange(0, BK)
+    cols_v = tl.arange(0, BV)
+    state_offsets = cols_k[:, None] * V + cols_v[None, :]
+    state_mask = (cols_k[:, None] < K) & (cols_v[None, :] < V)
+    if HAS_DFINAL:
+        d_state = tl.load(dfinal_ptr + bh * K * V + state_offsets, mask=state_mask, other=0.0).to(tl.float32)
+    else:
+        d_state = tl.zeros([BK, BV], dtype=tl.float32)
+    tokens = tl.arange(0, BT)
+    inclusive = tokens[:, None] >= tokens[None, :]
+    strict = tokens[:, None] > tokens[None, :]
+    for i in range(NT):
+        chunk = tl.cast(NT - 1 - i, tl.int64)
+        t0 = chunk * BT
+        q, k, v, g, beta, ek, ev, row_token = _load_chunk(
+            q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, b, h, t0, 0, T, H, K, V, L,
+            HAS_BETA, HAS_EXTRA, BT, BK, BV, BL)
+        state = tl.load(chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, mask=state_mask, other=0.0)
+        t = t0 + tokens
+        token_row = (b * T + t) * H + h
+        mask_v = (t[:, None] < T) & (cols_v[None, :] < V)
+        mask_k = (t[:, None] < T) & (cols_k[None, :] < K)
+        d_o = scale * tl.load(do_ptr + token_row[:, None] * V + cols_v[None, :], mask=mask_v, other=0.0).to(tl.float32)
+        G, G_extra, G_last = _decays(g, row_token, BT, BL)
+        gamma = tl.exp(G)
+        decay_incl = _masked_decay(G, G, inclusive)
+        to_end = tl.exp(G_last - G)
+        # recompute u, the values written after the erase
+        if HAS_BETA:
+            kk = tl.dot(k, tl.trans(k), input_precision=PRECISION)
+            decay_strict = _masked_decay(G, G, strict)
+            A = beta[:, None] * decay_strict * kk
+            ks = tl.dot(k, state, input_precision=PRECISION)  # [BT, BV]
+            rhs = beta[:, None] * v - (beta * gamma)[:, None] * ks
+            if HAS_EXTRA:
+                kek = tl.dot(k, tl.trans(ek), input_precision=PRECISION)
+                decay_kx = _masked_decay(G, G_extra, row_token[None, :] < tokens[:, None])
+                Bx = beta[:, None] * decay_kx * kek
+                rhs -= tl.dot(Bx, ev, input_precision=PRECISION)
+            inverse = _unit_lower_inverse(A, BT)
+            u = tl.dot(inverse, rhs, input_precision=PRECISION)
+        else:
+            u = v
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        scores = decay_incl * qk
+        # output o = gamma * q S0 + scores u + extra_scores ev
+        dq = gamma[:, None] * tl.dot(d_o, tl.trans(state), input_precision=PRECISION)
+        dG = tl.sum(dq * q, 1)
+        d_state_in = tl.dot(tl.trans(q * gamma[:, None]), d_o, input_precision=PRECISION)
+        d_scores = tl.where(inclusive, tl.dot(d_o, tl.trans(u), input_precision=PRECISION), 0.0)
+        du = tl.dot(tl.trans(scores), d_o, input_precision=PRECISION)
+        z = d_scores * scores
+        dG += tl.sum(z, 1) - tl.sum(z, 0)
+        d_qk = d_scores * decay_incl
+        dq += tl.dot(d_qk, k, input_precision=PRECISION)
+        dk = tl.dot(tl.trans(d_qk), q, input_precision=PRECISION)
+        # next state S1 = exp(G_last) S0 + k^T (to_end * u) + ek^T (to_end_extra * ev)
+        k_ds = tl.dot(k, d_state, input_precision=PRECISION)  # [BT, BV]
+        dk += to_end[:, None] * tl.dot(u, tl.trans(d_state), input_precision=PRECISION)
+        du += to_end[:, None] * k_ds
+        z_end = to_end * tl.sum(k_ds * u, 1)
+        dG -= z_end
+        d_last = tl.exp(G_last) * tl.sum(tl.sum(state * d_state, 1), 0) + tl.sum(z_end, 0)
+        d_state_in += tl.exp(G_last) * d_state
+        if HAS_EXTRA:
+            qek = tl.dot(q, tl.trans(ek), input_precision=PRECISION)
+            decay_qx = _masked_decay(G, G_extra, row_token[None, :] <= tokens[:, None])
+            extra_scores = decay_qx * qek
+            d_extra_scores = tl.where(row_token[None, :] <= tokens[:, None], tl.dot(d_o, tl.trans(ev), input_precision=PRECISION), 0.0)
+            dev = tl.dot(tl.trans(extra_scores), d_o, input_precision=PRECISION)
+            zx = d_extra_scores * extra_scores
+            dG += tl.sum(zx, 1)
+            dG_extra = -tl.sum(zx, 0)
+            d_qek = d_extra_scores * decay_qx
+            dq += tl.dot(d_qek, ek, input_precision=PRECISION)
+            dek = tl.dot(tl.trans(d_qek), q, input_precision=PRECISION)
+            to_end_extra = tl.exp(G_last - G_extra)
+            ek_ds = tl.dot(ek, d_state, input_precision=PRECISION)
+            dek += to_end_extra[:, None] * tl.dot(ev, tl.trans(d_state), input_precision=PRECISION)
+            dev += to_end_extra[:, None] * ek_ds
+            z_end_extra = to_end_extra * tl.sum(ek_ds * ev, 1)
+            dG_extra -= z_end_extra
+            d_last += tl.sum(z_end_extra, 0)
+        # u = (I + A)^{-1} (beta v - beta gamma k S0 - Bx ev)
+        if HAS_BETA:
+            d_rhs = tl.dot(tl.trans(inverse), du, input_precision=PRECISION)
+            dA = -tl.where(strict, tl.dot(d_rhs, tl.trans(u), input_precision=PRECISION), 0.0)
+            dv = beta[:, None] * d_rhs
+            d_rhs_ks = tl.sum(d_rhs * ks, 1)
+            dbeta = tl.sum(d_rhs * v, 1) - gamma * d_rhs_ks
+            dG -= beta * gamma * d_rhs_ks
+            dk -= (beta * gamma)[:, None] * tl.dot(d_rhs, tl.trans(state), input_precision=PRECISION)
+            d_state_in -= tl.dot(tl.trans(k * (beta * gamma)[:, None]), d_rhs, input_precision=PRECISION)
+            d_kk = dA * decay_strict * beta[:, None]
+            dk += tl.dot(d_kk, k, input_precision=PRECISION) + tl.dot(tl.trans(d_kk), k, input_precision=PRECISION)
+            dbeta += tl.sum(dA * decay_strict * kk, 1)
+            za = dA * A
+            dG += tl.sum(za, 1) - tl.sum(za, 0)
+            if HAS_EXTRA:
+                dBx = -tl.where(row_token[None, :] < tokens[:, None], tl.dot(d_rhs, tl.trans(ev), input_precision=PRECISION), 0.0)
+                dev -= tl.dot(tl.trans(Bx), d_rhs, input_precision=PRECISION)
+                d_kek = dBx * decay_kx * beta[:, None]
+                dk += tl.dot(d_kek, ek, input_precision=PRECISION)
+                dek += tl.dot(tl.trans(d_kek), k, input_precision=PRECISION)
+                dbeta += tl.sum(dBx * decay_kx * kek, 1)
+                zb = dBx * Bx
+                dG += tl.sum(zb, 1)
+                dG_extra -= tl.sum(zb, 0)
+            tl.store(dbeta_ptr + token_row, dbeta.to(dbeta_ptr.dtype.element_ty), mask=t < T)
+        else:
+            dv = du
+        if HAS_EXTRA:
+            dG += tl.sum(tl.where(row_token[None, :] == tokens[:, None], dG_extra[None, :], 0.0), 1)
+            rows = tl.arange(0, BT * BL)
+            write = rows % BL
+            t_r = t0 + row_token
+            extra_row = ((b * T + t_r) * H + h) * L + write
+            in_rows = (t_r < T) & (write < L)
+            tl.store(dek_ptr + extra_row[:, None] * K + cols_k[None, :], dek.to(dek_ptr.dtype.element_ty), mask=in_rows[:, None] & (cols_k[None, :] < K))
+            tl.store(dev_ptr + extra_row[:, None] * V + cols_v[None, :], dev.to(dev_ptr.dtype.element_ty), mask=in_rows[:, None] & (cols_v[None, :] < V))
+        # G_t = g_1 + ... + g_t, so dg_s = sum_{t >= s} dG_t; G_last is the sum of every g in the chunk
+        dg = tl.sum(dG, 0) - tl.cumsum(dG, 0) + dG + d_last
+        tl.store(dq_ptr + token_row[:, None] * K + cols_k[None, :], dq.to(dq_ptr.dtype.element_ty), mask=mask_k)
+        tl.store(dk_ptr + token_row[:, None] * K + cols_k[None, :], dk.to(dk_ptr.dtype.element_ty), mask=mask_k)
+        tl.store(dv_ptr + token_row[:, None] * V + cols_v[None, :], dv.to(dv_ptr.dtype.element_ty), mask=mask_v)
+        tl.store(dg_ptr + token_row, dg.to(dg_ptr.dtype.element_ty), mask=t < T)
+        d_state = d_state_in
+    tl.store(ds0_ptr + bh * K * V + state_offsets, d_state, mask=state_mask)
+
+
+def _block_sizes(T, K, V, L):
+    BT = 16 if T <= 16 else 32 if T <= 512 else 64
+    BK = max(16, triton.next_power_of_2(K))
+    BV = max(16, triton.next_power_of_2(V))
+    BL = triton.next_power_of_2(L) if L else 1
+    return BT, BK, BV, BL
+
+
+class _DeltaScanFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, g, beta, extra_k, extra_v, initial_state, scale, chunk_size):
+        B, T, H, K = q.shape
+        V = v.shape[-1]
+        L = 0 if extra_k is None else extra_k.shape[3]
+        BT, BK, BV, BL = _block_sizes(T, K, V, L)
+        if chunk_size is not None:
+            BT = chunk_size
+        NT = triton.cdiv(T, BT)
+        q, k, v, g = (x.contiguous() for x in (q, k, v, g))
+        beta = None if beta is None else beta.contiguous()
+        extra_k = None if extra_k is None else extra_k.contiguous()
+        extra_v = None if extra_v is None else extra_v.contiguous()
+        initial_state = None if initial_state is None else initial_state.contiguous()
+        needs_grad = any(ctx.needs_input_grad[:8])
+        o = torch.empty(B, T, H, V, device=q.device, dtype=v.dtype)
+        final_state = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32)
+        chunk_states = torch.empty(B, H, NT, K, V, device=q.device, dtype=torch.float32) if needs_grad else final_state
+        precision = "ieee" if q.dtype == torch.float32 else "tf32"
+        _forward_kernel[(1, B * H)](
+            q, k, v, g, q if beta is None else beta, q if extra_k is None else extra_k, q if extra_v is None else extra_v,
+            q if initial_state is None else initial_state, o, final_state, chunk_states, scale, T, H, K, V, L, NT,
+            HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, HAS_INITIAL=initial_state is not None,
+            STORE_CHUNK_STATES=needs_grad, PRECISION=precision, BT=BT, BK=BK, BV=BV, BL=BL,
+            num_warps=4 if BV * BK <= 64 * 64 else 8)
+        if needs_grad:
+            ctx.save_for_backward(q, k, v, g, beta, extra_k, extra_v, chunk_states)
+            ctx.config = (scale, BT, BK, BV, BL, NT, precision, initial_state is not None)
+        return o, final_state
+
+    @staticmethod
+    def backward(ctx, d_o, d_final_state):
+        q, k, v, g, beta, extra_k, extra_v, chunk_states = ctx.saved_tensors
+        scale, BT, BK, BV, BL, NT, precision, has_initial = ctx.config
+        B, T, H, K = q.shape
+        V = v.shape[-1]
+        L = 0 if extra_k is None else extra_k.shape[3]
+        dq, dk, dv, dg = (torch.empty_like(x) for x in (q, k, v, g))
+        dbeta = None if beta is None else torch.empty_like(beta)
+        dek = None if extra_k is None else torch.empty_like(extra_k)
+        dev = None if extra_v is None else torch.empty_like(extra_v)
+        d_initial = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32)
+        _backward_kernel[(B * H,)](
+            q, k, v, g, q if beta is None else beta, q if extra_k is None else extra_k, q if extra_v is None else extra_v,
+            chunk_states, d_o.contiguous(), d_o if d_final_state is None else d_final_state.contiguous(),
+            dq, dk, dv, dg, dq if dbeta is None else dbeta, dq if dek is None else dek, dq if dev is None else dev, d_initial,
+            scale, T, H, K, V, L, NT,
+            HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, HAS_DFINAL=d_final_state is not None,
+            PRECISION=precision, BT=BT, BK=BK, BV=BV, BL=BL, num_warps=4 if BV * BK <= 64 * 64 else 8)
+        return dq, dk, dv, dg, dbeta, dek, dev, d_initial if has_initial else None, None, None
+
+
+def triton_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state, chunk_size=None):
+    """Fused Triton scan; returns (o [B, T, H, V] in v's dtype, S_T [B, H, K, V] fp32)."""
+    return _DeltaScanFunction.apply(q, k, v, g, beta, extra_k, extra_v, initial_state, scale, chunk_size)
