@@ -1,0 +1,78 @@
+"""Transformer++: the LLaMA-style attention baseline of the PRISM throughput study (Touvron et al. 2023).
+
+Pre-norm residual blocks (``PreNormStack``): x = x + Attention(RMSNorm(x)), x = x + SwiGLU(RMSNorm(x)).
+Attention is causal multi-head softmax attention through ``scaled_dot_product_attention``, with no
+biases and rotary position embeddings (RoPE, Su et al. 2021) on q and k: pair (2i, 2i+1) of each head
+is rotated by the angle m * theta_i at position m, theta_i = base^(-2i / head_dim). Positions are
+counted from the first real item, so extra left-padding does not move them. Padded keys are masked out
+and a padded query attends only to itself. The SwiGLU hidden width is 4 d: LLaMA's 8/3 d rounded up to a
+multiple of 256, as fla's Transformer++ does, is 4 d at d = 64.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from prism_rec.baselines.sasrec import causal_padding_mask
+from prism_rec.nn import PreNormStack
+from prism_rec.registry import register_backbone
+
+
+def positions_from_first_item(mask: torch.Tensor) -> torch.Tensor:
+    """Position of each item counted from the first real item of its row [B, T] (0 at padded positions)."""
+    return (mask.long().cumsum(1) - 1).clamp(min=0)
+
+
+def rotary_angles(positions: torch.Tensor, head_dim: int, base: float = 10000.0) -> torch.Tensor:
+    """Angles m * theta_i for positions m [B, T] and pairs i < head_dim / 2 -> [B, T, head_dim / 2]."""
+    theta = base ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    return positions.float()[..., None] * theta
+
+
+def apply_rotary(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+    """Rotate each pair (x_2i, x_2i+1) of x [B, T, H, D] by angles [B, T, D / 2] (same for every head)."""
+    pairs = x.float().unflatten(-1, (-1, 2))  # [B, T, H, D / 2, 2]
+    even, odd = pairs[..., 0], pairs[..., 1]
+    cos, sin = angles.cos().unsqueeze(2), angles.sin().unsqueeze(2)  # [B, T, 1, D / 2]
+    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+    return rotated.flatten(-2).to(x.dtype)
+
+
+class RotaryAttention(nn.Module):
+    """Causal multi-head attention with RoPE: called as attention(x [B, T, d], mask [B, T]) -> [B, T, d]."""
+
+    def __init__(self, d_model: int, n_heads: int = 2, rope_base: float = 10000.0):
+        super().__init__()
+        if d_model % n_heads or (d_model // n_heads) % 2:
+            raise ValueError(f"transformer++: d_model={d_model} must split into n_heads={n_heads} heads of even width")
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.rope_base = rope_base
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).unbind(2)  # each [B, T, H, Dh]
+        angles = rotary_angles(positions_from_first_item(mask), self.head_dim, self.rope_base)
+        q, k = apply_rotary(q, angles), apply_rotary(k, angles)
+        attended = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=causal_padding_mask(mask)
+        )  # [B, H, T, Dh]
+        return self.out(attended.transpose(1, 2).reshape(B, T, D))
+
+
+@register_backbone("transformer++", description="Transformer++: LLaMA-style RoPE/RMSNorm/SwiGLU attention")
+class TransformerPP(nn.Module):
+    """Pre-norm stack of rotary attention and SwiGLU blocks (see the module docstring)."""
+
+    def __init__(self, d_model: int = 64, n_layers: int = 2, n_heads: int = 2, dropout: float = 0.1,
+                 rope_base: float = 10000.0, ffn_mult: float = 4.0):
+        super().__init__()
+        self.stack = PreNormStack(d_model, n_layers, lambda i: RotaryAttention(d_model, n_heads, rope_base),
+                                  dropout=dropout, ffn_mult=ffn_mult)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.stack(x, mask)
