@@ -1,0 +1,150 @@
+"""The ``prism-rec`` command line: list, bench, tables, ui, data."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import sys
+
+from . import registry
+from .train import TrainConfig
+
+
+def parse_option(text: str) -> tuple[str, object]:
+    """'key=value' -> (key, value) with Python-literal values ('3', '0.5', 'True', 'gelu')."""
+    key, separator, value = text.partition("=")
+    if not separator or not key:
+        raise argparse.ArgumentTypeError(f"option --option: expected key=value, got {text!r}")
+    try:
+        return key.replace("-", "_"), ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key.replace("-", "_"), value
+
+
+def resolve_models(text: str) -> list[str]:
+    names = registry.list_backbones() if text == "all" else [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in names if m not in registry.list_backbones()]
+    if unknown or not names:
+        raise SystemExit(f"option --models: unknown backbone(s) {unknown or text!r}; "
+                         f"registered: {', '.join(registry.list_backbones())}")
+    return names
+
+
+def command_list(args) -> None:
+    print("backbones:")
+    for name in registry.list_backbones():
+        entry = registry.backbone_entry(name)
+        line = f"  {name:<18} {entry.description}"
+        if args.params:
+            backbone = registry.build_backbone(name, d_model=args.d_model)
+            count = sum(p.numel() for p in backbone.parameters())
+            line = f"  {name:<18} {count:>10,} backbone parameters at d_model={args.d_model}  {entry.description}"
+        print(line)
+    print("datasets:")
+    for name in registry.list_datasets():
+        print(f"  {name:<18} {registry.get_dataset(name).description}")
+
+
+def command_bench(args) -> None:
+    from .runner import bench, parse_seeds
+
+    models = resolve_models(args.models)
+    source = registry.get_dataset(args.dataset)
+    config = TrainConfig(
+        d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, dropout=args.dropout,
+        max_len=args.max_len or source.max_len, batch_size=args.batch_size, lr=args.lr,
+        weight_decay=args.weight_decay, epochs=args.epochs, patience=args.patience, loss=args.loss,
+        n_negatives=args.n_negatives, eval_batch_size=args.eval_batch_size, device=args.device,
+        progress=not args.no_progress, backbone_options=dict(args.option),
+    )
+    config.validate()
+    data_options = {"raw_dir": args.raw_dir, "split": args.split,
+                    "min_user_interactions": args.min_user_interactions,
+                    "min_item_interactions": args.min_item_interactions}
+    bench(args.dataset, models, parse_seeds(args.seeds), config, data_options, args.results_dir)
+
+
+def command_tables(args) -> None:
+    from .tables import write_all_tables
+
+    for path in write_all_tables(args.results_dir):
+        print(f"wrote {path}")
+
+
+def command_ui(args) -> None:
+    from .tracking import tracking_uri
+
+    url = f"http://{args.host}:{args.port}"
+    print(f"MLflow UI over {tracking_uri()} at {url} (Ctrl-C to stop)", flush=True)
+    os.execvp(sys.executable, [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri(),
+                               "--host", args.host, "--port", str(args.port)])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .data import commands as data_commands
+    from .tables import RESULTS_DIR
+
+    parser = argparse.ArgumentParser(prog="prism-rec", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    listing = commands.add_parser("list", help="registered backbones and datasets")
+    listing.add_argument("--params", action="store_true", help="also print parameter counts")
+    listing.add_argument("--d-model", type=int, default=64)
+    listing.set_defaults(func=command_list)
+
+    defaults = TrainConfig()
+    bench = commands.add_parser("bench", help="train and evaluate models on a dataset, log to MLflow")
+    bench.add_argument("--dataset", default="ml-100k")
+    bench.add_argument("--models", default="sasrec", help="comma-separated backbone names, or 'all'")
+    bench.add_argument("--seeds", default="1", help="a count N (seeds 0..N-1) or a comma list")
+    bench.add_argument("--epochs", type=int, default=defaults.epochs)
+    bench.add_argument("--patience", type=int, default=defaults.patience)
+    bench.add_argument("--d-model", type=int, default=defaults.d_model)
+    bench.add_argument("--n-layers", type=int, default=defaults.n_layers)
+    bench.add_argument("--n-heads", type=int, default=defaults.n_heads)
+    bench.add_argument("--dropout", type=float, default=defaults.dropout)
+    bench.add_argument("--max-len", type=int, help="training window (default: the dataset's)")
+    bench.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    bench.add_argument("--eval-batch-size", type=int, default=defaults.eval_batch_size)
+    bench.add_argument("--lr", type=float, default=defaults.lr)
+    bench.add_argument("--weight-decay", type=float, default=defaults.weight_decay)
+    bench.add_argument("--loss", choices=("full", "sampled"), default=defaults.loss)
+    bench.add_argument("--n-negatives", type=int, default=defaults.n_negatives)
+    bench.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    bench.add_argument("--split", choices=("loo", "time"), default="loo")
+    bench.add_argument("--raw-dir", help="folder of the dataset's raw files (default datasets/raw/<name>)")
+    bench.add_argument("--min-user-interactions", type=int)
+    bench.add_argument("--min-item-interactions", type=int)
+    bench.add_argument("--option", action="append", type=parse_option, default=[], metavar="KEY=VALUE",
+                       help="backbone option, e.g. --option L=2 (repeatable)")
+    bench.add_argument("--results-dir", default=RESULTS_DIR)
+    bench.add_argument("--no-progress", action="store_true")
+    bench.set_defaults(func=command_bench)
+
+    tables = commands.add_parser("tables", help="rebuild results/<dataset>/auc.md from the MLflow store")
+    tables.add_argument("--results-dir", default=RESULTS_DIR)
+    tables.set_defaults(func=command_tables)
+
+    ui = commands.add_parser("ui", help="serve the MLflow UI over the project's store")
+    ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.set_defaults(func=command_ui)
+
+    data_commands.add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except KeyboardInterrupt:
+        raise SystemExit("interrupted")
+    except (ValueError, KeyError, FileNotFoundError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        raise SystemExit(f"prism-rec {args.command}: {message}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""AUC tables: one row per model, mean ± std over seeds, from the runs in the MLflow store."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .metrics import METRIC_NAMES
+from .tracking import PROJECT_ROOT, experiment_id
+
+RESULTS_DIR = PROJECT_ROOT / "results"
+COLUMN_TITLES = {"auc": "AUC", **{f"{kind}_{k}": f"{kind.upper() if kind == 'ndcg' else 'Hit'}@{k}"
+                                  for kind in ("hit", "ndcg") for k in (10, 200, 500)}}
+
+
+def finished_child_runs(experiment: str) -> pd.DataFrame:
+    """The newest finished run of every (model, seed) in ``experiment``."""
+    import mlflow
+
+    runs = mlflow.search_runs(
+        experiment_ids=[experiment_id(experiment)],
+        filter_string="tags.prism_rec_role = 'child' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+    )
+    if runs.empty:
+        return runs
+    return runs.drop_duplicates(["tags.model", "tags.seed"], keep="first")
+
+
+def summarise(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean and std over seeds per model: columns <metric>_mean, <metric>_std, n_seeds, n_parameters."""
+    rows = []
+    for model, group in runs.groupby("tags.model", sort=True):
+        row = {"model": model, "n_seeds": len(group),
+               "n_parameters": int(group["metrics.n_parameters"].iloc[0])}
+        for name in METRIC_NAMES:
+            values = group[f"metrics.test_{name}"].to_numpy(dtype=float)
+            row[f"{name}_mean"] = values.mean()
+            row[f"{name}_std"] = values.std(ddof=1) if len(values) > 1 else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def markdown_table(summary: pd.DataFrame) -> str:
+    """Markdown rows with the best mean of each metric in bold."""
+    header = ["Model", *COLUMN_TITLES.values(), "Params", "Seeds"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    best = {name: summary[f"{name}_mean"].max() for name in METRIC_NAMES}
+    for _, row in summary.iterrows():
+        cells = [row["model"]]
+        for name in METRIC_NAMES:
+            mean, std = row[f"{name}_mean"], row[f"{name}_std"]
+            text = f"{mean:.4f}" + ("" if np.isnan(std) else f" ± {std:.4f}")
+            cells.append(f"**{text}**" if mean == best[name] else text)
+        cells += [f"{row['n_parameters']:,}", str(row["n_seeds"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_tables(dataset: str, results_dir: Path = RESULTS_DIR) -> tuple[Path, Path]:
+    """Write results/<dataset>/auc.md and auc.csv from the store; returns their paths."""
+    runs = finished_child_runs(dataset)
+    if runs.empty:
+        raise ValueError(f"no finished runs for dataset {dataset!r} in the tracking store")
+    summary = summarise(runs)
+    folder = Path(results_dir) / dataset
+    folder.mkdir(parents=True, exist_ok=True)
+    commands = sorted(set(runs["tags.command"].dropna()))
+    machines = sorted(set(runs["tags.machine"].dropna()))
+    commits = sorted(set(runs["tags.git_commit"].dropna()))
+    lines = [
+        f"# {dataset}: full-ranking test metrics",
+        "",
+        "Mean ± sample std over seeds; each test case ranks its target against all items (ties count 1/2 in",
+        "AUC, against the target in Hit/NDCG). Best mean per column in bold.",
+        "",
+        markdown_table(summary),
+        "",
+        f"Produced by: {'; '.join(f'`{c}`' for c in commands)}",
+        f"Machine: {'; '.join(machines)}. Commit: {', '.join(commits)}. "
+        f"Table written {datetime.date.today().isoformat()} (`prism-rec tables` rebuilds it from the MLflow store).",
+    ]
+    if "tags.dataset_stats" in runs and runs["tags.dataset_stats"].notna().any():
+        lines.append(f"Dataset after filtering: {runs['tags.dataset_stats'].dropna().iloc[0]}.")
+    markdown_path, csv_path = folder / "auc.md", folder / "auc.csv"
+    _write_atomically(markdown_path, "\n".join(lines) + "\n")
+    _write_atomically(csv_path, summary.to_csv(index=False, float_format="%.6f"))
+    return markdown_path, csv_path
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
+
+
+def write_all_tables(results_dir: Path = RESULTS_DIR) -> list[Path]:
+    """Rebuild the table of every experiment that holds benchmark runs."""
+    import mlflow
+
+    from .tracking import tracking_uri
+
+    mlflow.set_tracking_uri(tracking_uri())
+    written = []
+    for experiment in mlflow.search_experiments():
+        if experiment.name != "Default" and not finished_child_runs(experiment.name).empty:
+            written.append(write_tables(experiment.name, results_dir)[0])
+    return written
