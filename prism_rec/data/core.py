@@ -10,7 +10,9 @@ optionally ``rating``) in file order. ``prepare`` turns it into a ``ProcessedDat
 3. Each user's history sorted by timestamp; equal timestamps keep file order (stable sort).
 4. Contiguous ids: users 0..U-1 and items 1..I in order of first appearance after sorting by
    (user id, time); item 0 is padding.
-5. Split. ``loo`` (leave-one-out, the paper's text): per user, the last item is the test target, the
+5. Each kept interaction keeps its timestamp and rating (NaN when the source has none), aligned with
+   ``items``, so the data can be exported unchanged (``prism_rec.data.export``).
+6. Split. ``loo`` (leave-one-out, the paper's text): per user, the last item is the test target, the
    second-to-last the validation target, the rest is training. ``time`` (the authors' code): global
    timestamp quantiles at 70 % and 85 %; interactions up to the first are training, each interaction in
    (q70, q85] is a validation case and each after q85 a test case, predicted from the user's whole
@@ -31,7 +33,7 @@ import pandas as pd
 
 SPLITS = ("loo", "time")
 DEDUP_MODES = ("none", "first", "last")
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 class DataError(ValueError):
@@ -52,6 +54,8 @@ class ProcessedDataset:
     valid_cases / test_cases: rows (user, position): predict items[offsets[user] + position]
         from the items before it                                                    [C, 2]
     user_ids / item_ids: original ids (item_ids[0] is the padding token "")
+    timestamps / ratings: of each interaction in ``items`` (seconds; NaN rating when unknown)  [N]
+    item_categories: category of each item id ("" when unknown), or None without metadata     [I + 1]
     """
 
     name: str
@@ -63,6 +67,9 @@ class ProcessedDataset:
     user_ids: np.ndarray
     item_ids: np.ndarray
     options: dict
+    timestamps: np.ndarray | None = None
+    ratings: np.ndarray | None = None
+    item_categories: np.ndarray | None = None
 
     @property
     def n_users(self) -> int:
@@ -96,9 +103,15 @@ class ProcessedDataset:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
         try:
+            optional = {
+                key: value if key != "item_categories" else value.astype(str)
+                for key, value in (("timestamps", self.timestamps), ("ratings", self.ratings),
+                                   ("item_categories", self.item_categories))
+                if value is not None
+            }
             with os.fdopen(fd, "wb") as handle:
                 np.savez(
-                    handle,
+                    handle, **optional,
                     items=self.items, offsets=self.offsets, train_length=self.train_length,
                     valid_cases=self.valid_cases, test_cases=self.test_cases,
                     user_ids=self.user_ids.astype(str), item_ids=self.item_ids.astype(str),
@@ -120,6 +133,7 @@ class ProcessedDataset:
                     name=meta["name"], options=meta["options"],
                     **{key: data[key] for key in ("items", "offsets", "train_length", "valid_cases",
                                                   "test_cases", "user_ids", "item_ids")},
+                    **{key: data[key] for key in ("timestamps", "ratings", "item_categories") if key in data},
                 )
         except (OSError, KeyError, ValueError) as error:
             if isinstance(error, DataError):
@@ -158,7 +172,9 @@ def prepare(
     missing = {"user", "item", "timestamp"} - set(frame.columns)
     if missing:
         raise DataError(f"{source or name}: interactions lack column(s) {sorted(missing)}")
-    frame = frame[["user", "item", "timestamp"]].copy()
+    frame = frame[["user", "item", "timestamp"]].assign(
+        rating=pd.to_numeric(frame["rating"], errors="coerce") if "rating" in frame.columns else np.nan
+    )
     frame["user"] = frame["user"].astype(str)
     frame["item"] = frame["item"].astype(str)
     frame["timestamp"] = pd.to_numeric(frame["timestamp"], errors="raise").astype(np.float64)
@@ -202,7 +218,8 @@ def prepare(
         name=name, items=items, offsets=offsets, train_length=train_length,
         valid_cases=valid_cases.astype(np.int64), test_cases=test_cases.astype(np.int64),
         user_ids=np.asarray(user_ids, dtype=str), item_ids=np.concatenate([[""], np.asarray(item_ids, dtype=str)]),
-        options=options,
+        options=options, timestamps=frame["timestamp"].to_numpy(np.float64),
+        ratings=frame["rating"].to_numpy(np.float64),
     )
 
 

@@ -1,0 +1,106 @@
+"""Dataset statistics after filtering, beside the paper's Table 7, as a section of results/datasets.md.
+
+results/datasets.md holds sections between ``<!-- name:start -->`` and ``<!-- name:end -->`` markers;
+each writer replaces only its own section (``stats`` here, ``bench`` from benchmarks/data_bench.py).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..registry import get_dataset, list_datasets
+from .core import DataError, MissingDataError
+from .sources import PROJECT_ROOT, load_dataset
+
+RESULTS_FILE = PROJECT_ROOT / "results" / "datasets.md"
+TITLE = "# Datasets\n"
+
+# users, items, interactions, mean length (paper Table 7)
+PAPER_TABLE_7 = {
+    "books": (31_103, 339_960, 3_319_359, 106.72),
+    "movies": (9_429, 58_636, 1_142_976, 121.22),
+    "electronics": (1_869, 33_135, 123_147, 65.89),
+    "yelp": (17_233, 126_829, 1_605_608, 93.17),
+}
+PAPER_DOMAIN = {"yelp-iclrec": "yelp", "electronics-gerec": "electronics", "books-dealrec": "books",
+                "movies-fedcsr": "movies"}
+
+
+def replace_section(path: Path, name: str, body: str) -> None:
+    """Replace (or append) section ``name`` of the markdown file ``path``, atomically."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    block = f"{start}\n{body.rstrip()}\n{end}\n"
+    text = path.read_text(encoding="utf-8") if path.is_file() else TITLE
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end) + r"\n?", re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + block
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def collect(names: list[str] | None = None, raw_dirs: dict[str, Path] | None = None,
+            processed_dir: Path | None = None) -> tuple[list[dict], list[str]]:
+    """Statistics of each dataset whose files are present (default thresholds, leave-one-out);
+    returns (rows, notes on the datasets skipped)."""
+    rows, notes = [], []
+    for name in names or list_datasets():
+        source = get_dataset(name)()
+        raw_dir = (raw_dirs or {}).get(name)
+        try:
+            dataset = load_dataset(name, raw_dir=raw_dir, processed_dir=processed_dir)
+        except MissingDataError as error:
+            notes.append(f"{name}: files not present ({error})")
+            continue
+        except DataError as error:
+            notes.append(f"{name}: {error}")
+            continue
+        rows.append({"name": name, "thresholds": f"{dataset.options['min_user_interactions']} / "
+                     f"{dataset.options['min_item_interactions']}", "description": source.description,
+                     **dataset.stats()})
+    return rows, notes
+
+
+def render(rows: list[dict], notes: list[str]) -> str:
+    lines = [
+        "## Statistics after filtering",
+        "",
+        f"Written by `prism-rec data stats` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC "
+        f"({platform.node() or 'unknown host'}). Leave-one-out split, each dataset's default thresholds "
+        "(users >= / items >=); duplicates kept; filtering iterated to a fixed point. Paper columns: "
+        "Table 7 (users / items / interactions / mean length) of the same domain; the shared subsets are "
+        "other public preprocessings, so their figures are not expected to match it.",
+        "",
+        "| dataset | users >= / items >= | users | items | interactions | mean len | max len "
+        "| paper users | paper items | paper interactions | paper mean len |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        paper = PAPER_TABLE_7.get(PAPER_DOMAIN.get(row["name"], row["name"]))
+        paper_cells = (f"{paper[0]:,} | {paper[1]:,} | {paper[2]:,} | {paper[3]:.2f}" if paper else "- | - | - | -")
+        lines.append(f"| {row['name']} | {row['thresholds']} | {row['users']:,} | {row['items']:,} | "
+                     f"{row['interactions']:,} | {row['mean_length']:.2f} | {row['max_length']:,} | {paper_cells} |")
+    missing = [name for name in PAPER_TABLE_7 if name not in {row["name"] for row in rows}]
+    for name in missing:
+        paper = PAPER_TABLE_7[name]
+        lines.append(f"| {name} (files not present) | 40 / 5 | - | - | - | - | - | {paper[0]:,} | {paper[1]:,} | "
+                     f"{paper[2]:,} | {paper[3]:.2f} |")
+    if notes:
+        lines += ["", "Not included:", ""] + [f"- {note}" for note in notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_stats(path: Path = RESULTS_FILE, **kwargs) -> list[dict]:
+    rows, notes = collect(**kwargs)
+    replace_section(Path(path), "stats", render(rows, notes))
+    return rows
