@@ -72,12 +72,18 @@ class ReadContext:
         return f"skipped {self.skipped} bad line(s); first: {self.first_skipped}" if self.skipped else ""
 
 
+class PathOpener:
+    """Opens ``path`` for binary reading, decompressing ``.gz`` files; ``path`` lets pyarrow read natively."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def __call__(self) -> BinaryIO:
+        return gzip.open(self.path, "rb") if self.path.name.endswith(".gz") else open(self.path, "rb")
+
+
 def path_opener(path: Path) -> Opener:
-    """Open ``path`` for binary reading, decompressing ``.gz`` files."""
-    path = Path(path)
-    if path.name.endswith(".gz"):
-        return lambda: gzip.open(path, "rb")
-    return lambda: open(path, "rb")
+    return PathOpener(path)
 
 
 def iter_lines(opener: Opener, where: str, context: ReadContext) -> Iterator[tuple[int, bytes]]:
@@ -159,7 +165,8 @@ def _read_json_fast(opener: Opener, fmt: RecordFormat, context: ReadContext, whe
     batches = []
     lines_before = context.lines
     try:
-        with opener() as handle:
+        native = isinstance(opener, PathOpener)
+        with pa.input_stream(str(opener.path), compression="detect") if native else opener() as handle:
             reader = pj.open_json(
                 handle, read_options=pj.ReadOptions(block_size=16 << 20),
                 parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
