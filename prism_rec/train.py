@@ -174,9 +174,9 @@ def fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig,
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            loss_sum += float(loss) * n_tokens
+            loss_sum += float(loss.detach()) * n_tokens
             loss_count += n_tokens
-            progress.set_postfix(loss=f"{float(loss):.4f}")
+            progress.set_postfix(loss=f"{float(loss.detach()):.4f}")
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         train_seconds += time.perf_counter() - epoch_start
