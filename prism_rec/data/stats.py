@@ -7,7 +7,6 @@ each writer replaces only its own section (``stats`` here, ``bench`` from benchm
 from __future__ import annotations
 
 import os
-import platform
 import re
 import tempfile
 from datetime import datetime, timezone
@@ -60,7 +59,8 @@ def collect(names: list[str] | None = None, raw_dirs: dict[str, Path] | None = N
         try:
             dataset = load_dataset(name, raw_dir=raw_dir, processed_dir=processed_dir)
         except MissingDataError as error:
-            notes.append(f"{name}: files not present ({error})")
+            notes.append(f"{name}: files not present in {raw_dir or source.default_raw_dir()} (datasets/README.md "
+                         f"says what to place there)")
             continue
         except DataError as error:
             notes.append(f"{name}: {error}")
@@ -75,8 +75,7 @@ def render(rows: list[dict], notes: list[str]) -> str:
     lines = [
         "## Statistics after filtering",
         "",
-        f"Written by `prism-rec data stats` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC "
-        f"({platform.node() or 'unknown host'}). Leave-one-out split, each dataset's default thresholds "
+        f"Written by `prism-rec data stats` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Leave-one-out split, each dataset's default thresholds "
         "(users >= / items >=); duplicates kept; filtering iterated to a fixed point. Paper columns: "
         "Table 7 (users / items / interactions / mean length) of the same domain; the shared subsets are "
         "other public preprocessings, so their figures are not expected to match it.",
