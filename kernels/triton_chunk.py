@@ -25,15 +25,13 @@ def _unit_lower_inverse(A, BT: tl.constexpr):
 
 
 @triton.jit
-def _load_chunk(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, b, h, t0, v0, T, H, K, V, L,
-                HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr,
-                BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BL: tl.constexpr):
-    """Tiles of one chunk in fp32 (zero outside the sequence): q, k [BT, BK], v [BT, BV], g, beta [BT],
-    extra keys/values [BT * BL, BK|BV] (row r = token r // BL, write r % BL) and each row's token."""
+def _load_chunk(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, b, h, t0, v0, T, H, K, V,
+                HAS_BETA: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """Tiles of one chunk in fp32, zero outside the sequence: q, k [BT, BK], v [BT, BV], g, beta [BT]."""
     t = t0 + tl.arange(0, BT)
     cols_k = tl.arange(0, BK)
     cols_v = v0 + tl.arange(0, BV)
-    token_row = ((b * T + t) * H + h)  # [BT] int64
+    token_row = (b * T + t) * H + h  # [BT] int64
     in_seq = t < T
     mask_k = in_seq[:, None] & (cols_k[None, :] < K)
     mask_v = in_seq[:, None] & (cols_v[None, :] < V)
@@ -45,33 +43,25 @@ def _load_chunk(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, b, h, t0, 
         beta = tl.load(beta_ptr + token_row, mask=in_seq, other=0.0).to(tl.float32)
     else:
         beta = tl.zeros([BT], dtype=tl.float32)
-    rows = tl.arange(0, BT * BL)
-    row_token = rows // BL
-    if HAS_EXTRA:
-        write = rows % BL
-        t_r = t0 + row_token
-        extra_row = ((b * T + t_r) * H + h) * L + write
-        in_rows = (t_r < T) & (write < L)
-        ek = tl.load(ek_ptr + extra_row[:, None] * K + cols_k[None, :], mask=in_rows[:, None] & (cols_k[None, :] < K), other=0.0).to(tl.float32)
-        ev = tl.load(ev_ptr + extra_row[:, None] * V + cols_v[None, :], mask=in_rows[:, None] & (cols_v[None, :] < V), other=0.0).to(tl.float32)
-    else:
-        ek = tl.zeros([BT * BL, BK], dtype=tl.float32)
-        ev = tl.zeros([BT * BL, BV], dtype=tl.float32)
-    return q, k, v, g, beta, ek, ev, row_token
+    return q, k, v, g, beta
 
 
 @triton.jit
-def _decays(g, row_token, BT: tl.constexpr, BL: tl.constexpr):
-    """Cumulative log-decay per token G [BT] and per extra row Ge [BT * BL], and the chunk total."""
-    tokens = tl.arange(0, BT)
-    G = tl.cumsum(g, 0)
-    G_extra = tl.sum(tl.where(tokens[None, :] <= row_token[:, None], g[None, :], 0.0), 1)
-    return G, G_extra, tl.sum(g, 0)
+def _extra_offsets(b, h, t0, v0, l, T, H, K, V, L, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """Offsets and masks of write l of every token of a chunk in extra_k [.., K] and extra_v [.., V]."""
+    t = t0 + tl.arange(0, BT)
+    cols_k = tl.arange(0, BK)
+    cols_v = v0 + tl.arange(0, BV)
+    row = ((b * T + t) * H + h) * L + l
+    offsets_k = row[:, None] * K + cols_k[None, :]
+    offsets_v = row[:, None] * V + cols_v[None, :]
+    return offsets_k, (t[:, None] < T) & (cols_k[None, :] < K), offsets_v, (t[:, None] < T) & (cols_v[None, :] < V)
 
 
 @triton.jit
-def _masked_decay(G_rows, G_cols, mask):
-    return tl.where(mask, tl.exp(tl.where(mask, G_rows[:, None] - G_cols[None, :], 0.0)), 0.0)
+def _masked_decay(G, mask):
+    """exp(G_t - G_s) where mask[t, s] holds, else 0."""
+    return tl.where(mask, tl.exp(tl.where(mask, G[:, None] - G[None, :], 0.0)), 0.0)
 
 
 @triton.jit
@@ -79,7 +69,7 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, s0_ptr
                     o_ptr, final_ptr, chunk_states_ptr, scale, T, H, K, V, L, NT,
                     HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_INITIAL: tl.constexpr,
                     STORE_CHUNK_STATES: tl.constexpr, PRECISION: tl.constexpr,
-                    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BL: tl.constexpr):
+                    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
     v_block = tl.program_id(0)
     bh = tl.cast(tl.program_id(1), tl.int64)
     b = bh // H
@@ -99,29 +89,37 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, s0_ptr
     for n in range(NT):
         chunk = tl.cast(n, tl.int64)
         t0 = chunk * BT
-        q, k, v, g, beta, ek, ev, row_token = _load_chunk(
-            q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, b, h, t0, v0, T, H, K, V, L,
-            HAS_BETA, HAS_EXTRA, BT, BK, BV, BL)
+        q, k, v, g, beta = _load_chunk(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, b, h, t0, v0, T, H, K, V, HAS_BETA, BT, BK, BV)
         if STORE_CHUNK_STATES:
             tl.store(chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, state, mask=state_mask)
-        G, G_extra, G_last = _decays(g, row_token, BT, BL)
+        G = tl.cumsum(g, 0)
+        G_last = tl.sum(g, 0)
         gamma = tl.exp(G)
+        to_end = tl.exp(G_last - G)
+        decay_incl = _masked_decay(G, inclusive)
+        decay_strict = _masked_decay(G, strict)
+        o = gamma[:, None] * tl.dot(q, state, input_precision=PRECISION)
+        next_state = tl.exp(G_last) * state
         if HAS_BETA:
-            A = beta[:, None] * _masked_decay(G, G, strict) * tl.dot(k, tl.trans(k), input_precision=PRECISION)
             rhs = beta[:, None] * v - (beta * gamma)[:, None] * tl.dot(k, state, input_precision=PRECISION)
-            if HAS_EXTRA:
-                Bx = beta[:, None] * _masked_decay(G, G_extra, row_token[None, :] < tokens[:, None]) * tl.dot(k, tl.trans(ek), input_precision=PRECISION)
-                rhs -= tl.dot(Bx, ev, input_precision=PRECISION)
+        # extra writes l = 0..L-1: key/value rows with the decay of their token and no erase of their own
+        if HAS_EXTRA:
+            for l in range(L):
+                offsets_k, mask_k, offsets_v, mask_v = _extra_offsets(b, h, t0, v0, l, T, H, K, V, L, BT, BK, BV)
+                ek = tl.load(ek_ptr + offsets_k, mask=mask_k, other=0.0).to(tl.float32)
+                ev = tl.load(ev_ptr + offsets_v, mask=mask_v, other=0.0).to(tl.float32)
+                o += tl.dot(decay_incl * tl.dot(q, tl.trans(ek), input_precision=PRECISION), ev, input_precision=PRECISION)
+                next_state += tl.dot(tl.trans(ek * to_end[:, None]), ev, input_precision=PRECISION)
+                if HAS_BETA:
+                    erase_seen = beta[:, None] * decay_strict * tl.dot(k, tl.trans(ek), input_precision=PRECISION)
+                    rhs -= tl.dot(erase_seen, ev, input_precision=PRECISION)
+        if HAS_BETA:
+            A = beta[:, None] * decay_strict * tl.dot(k, tl.trans(k), input_precision=PRECISION)
             u = tl.dot(_unit_lower_inverse(A, BT), rhs, input_precision=PRECISION)  # [BT, BV]
         else:
             u = v
-        scores = _masked_decay(G, G, inclusive) * tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        o = gamma[:, None] * tl.dot(q, state, input_precision=PRECISION) + tl.dot(scores, u, input_precision=PRECISION)
-        state = tl.exp(G_last) * state + tl.dot(tl.trans(k * tl.exp(G_last - G)[:, None]), u, input_precision=PRECISION)
-        if HAS_EXTRA:
-            extra_scores = _masked_decay(G, G_extra, row_token[None, :] <= tokens[:, None]) * tl.dot(q, tl.trans(ek), input_precision=PRECISION)
-            o += tl.dot(extra_scores, ev, input_precision=PRECISION)
-            state += tl.dot(tl.trans(ek * tl.exp(G_last - G_extra)[:, None]), ev, input_precision=PRECISION)
+        o += tl.dot(decay_incl * tl.dot(q, tl.trans(k), input_precision=PRECISION), u, input_precision=PRECISION)
+        state = next_state + tl.dot(tl.trans(k * to_end[:, None]), u, input_precision=PRECISION)
         t = t0 + tokens
         o_offsets = ((b * T + t) * H + h)[:, None] * V + cols_v[None, :]
         tl.store(o_ptr + o_offsets, (scale * o).to(o_ptr.dtype.element_ty), mask=(t[:, None] < T) & (cols_v[None, :] < V))
@@ -133,7 +131,7 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, chunk
                      do_ptr, dfinal_ptr, dq_ptr, dk_ptr, dv_ptr, dg_ptr, dbeta_ptr, dek_ptr, dev_ptr, ds0_ptr,
                      scale, T, H, K, V, L, NT,
                      HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_DFINAL: tl.constexpr,
-                     PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BL: tl.constexpr):
+                     PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
     bh = tl.cast(tl.program_id(0), tl.int64)
     b = bh // H
     h = bh % H
@@ -151,38 +149,37 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, chunk
     for i in range(NT):
         chunk = tl.cast(NT - 1 - i, tl.int64)
         t0 = chunk * BT
-        q, k, v, g, beta, ek, ev, row_token = _load_chunk(
-            q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, b, h, t0, 0, T, H, K, V, L,
-            HAS_BETA, HAS_EXTRA, BT, BK, BV, BL)
+        q, k, v, g, beta = _load_chunk(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, b, h, t0, 0, T, H, K, V, HAS_BETA, BT, BK, BV)
         state = tl.load(chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, mask=state_mask, other=0.0)
         t = t0 + tokens
         token_row = (b * T + t) * H + h
         mask_v = (t[:, None] < T) & (cols_v[None, :] < V)
         mask_k = (t[:, None] < T) & (cols_k[None, :] < K)
         d_o = scale * tl.load(do_ptr + token_row[:, None] * V + cols_v[None, :], mask=mask_v, other=0.0).to(tl.float32)
-        G, G_extra, G_last = _decays(g, row_token, BT, BL)
+        G = tl.cumsum(g, 0)
+        G_last = tl.sum(g, 0)
         gamma = tl.exp(G)
-        decay_incl = _masked_decay(G, G, inclusive)
         to_end = tl.exp(G_last - G)
+        decay_incl = _masked_decay(G, inclusive)
+        decay_strict = _masked_decay(G, strict)
         # recompute u, the values written after the erase
         if HAS_BETA:
             kk = tl.dot(k, tl.trans(k), input_precision=PRECISION)
-            decay_strict = _masked_decay(G, G, strict)
             A = beta[:, None] * decay_strict * kk
             ks = tl.dot(k, state, input_precision=PRECISION)  # [BT, BV]
             rhs = beta[:, None] * v - (beta * gamma)[:, None] * ks
             if HAS_EXTRA:
-                kek = tl.dot(k, tl.trans(ek), input_precision=PRECISION)
-                decay_kx = _masked_decay(G, G_extra, row_token[None, :] < tokens[:, None])
-                Bx = beta[:, None] * decay_kx * kek
-                rhs -= tl.dot(Bx, ev, input_precision=PRECISION)
+                for l in range(L):
+                    offsets_k, mask_ek, offsets_v, mask_ev = _extra_offsets(b, h, t0, 0, l, T, H, K, V, L, BT, BK, BV)
+                    ek = tl.load(ek_ptr + offsets_k, mask=mask_ek, other=0.0).to(tl.float32)
+                    ev = tl.load(ev_ptr + offsets_v, mask=mask_ev, other=0.0).to(tl.float32)
+                    rhs -= tl.dot(beta[:, None] * decay_strict * tl.dot(k, tl.trans(ek), input_precision=PRECISION), ev, input_precision=PRECISION)
             inverse = _unit_lower_inverse(A, BT)
             u = tl.dot(inverse, rhs, input_precision=PRECISION)
         else:
             u = v
-        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        scores = decay_incl * qk
-        # output o = gamma * q S0 + scores u + extra_scores ev
+        # o = gamma * q S0 + (decay_incl * q k^T) u + sum_l (decay_incl * q ek_l^T) ev_l
+        scores = decay_incl * tl.dot(q, tl.trans(k), input_precision=PRECISION)
         dq = gamma[:, None] * tl.dot(d_o, tl.trans(state), input_precision=PRECISION)
         dG = tl.sum(dq * q, 1)
         d_state_in = tl.dot(tl.trans(q * gamma[:, None]), d_o, input_precision=PRECISION)
@@ -193,7 +190,7 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, chunk
         d_qk = d_scores * decay_incl
         dq += tl.dot(d_qk, k, input_precision=PRECISION)
         dk = tl.dot(tl.trans(d_qk), q, input_precision=PRECISION)
-        # next state S1 = exp(G_last) S0 + k^T (to_end * u) + ek^T (to_end_extra * ev)
+        # S1 = exp(G_last) S0 + k^T (to_end * u) + sum_l ek_l^T (to_end * ev_l)
         k_ds = tl.dot(k, d_state, input_precision=PRECISION)  # [BT, BV]
         dk += to_end[:, None] * tl.dot(u, tl.trans(d_state), input_precision=PRECISION)
         du += to_end[:, None] * k_ds
@@ -201,26 +198,7 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, chunk
         dG -= z_end
         d_last = tl.exp(G_last) * tl.sum(tl.sum(state * d_state, 1), 0) + tl.sum(z_end, 0)
         d_state_in += tl.exp(G_last) * d_state
-        if HAS_EXTRA:
-            qek = tl.dot(q, tl.trans(ek), input_precision=PRECISION)
-            decay_qx = _masked_decay(G, G_extra, row_token[None, :] <= tokens[:, None])
-            extra_scores = decay_qx * qek
-            d_extra_scores = tl.where(row_token[None, :] <= tokens[:, None], tl.dot(d_o, tl.trans(ev), input_precision=PRECISION), 0.0)
-            dev = tl.dot(tl.trans(extra_scores), d_o, input_precision=PRECISION)
-            zx = d_extra_scores * extra_scores
-            dG += tl.sum(zx, 1)
-            dG_extra = -tl.sum(zx, 0)
-            d_qek = d_extra_scores * decay_qx
-            dq += tl.dot(d_qek, ek, input_precision=PRECISION)
-            dek = tl.dot(tl.trans(d_qek), q, input_precision=PRECISION)
-            to_end_extra = tl.exp(G_last - G_extra)
-            ek_ds = tl.dot(ek, d_state, input_precision=PRECISION)
-            dek += to_end_extra[:, None] * tl.dot(ev, tl.trans(d_state), input_precision=PRECISION)
-            dev += to_end_extra[:, None] * ek_ds
-            z_end_extra = to_end_extra * tl.sum(ek_ds * ev, 1)
-            dG_extra -= z_end_extra
-            d_last += tl.sum(z_end_extra, 0)
-        # u = (I + A)^{-1} (beta v - beta gamma k S0 - Bx ev)
+        # u = (I + A)^{-1} (beta v - beta gamma k S0 - sum_l (beta decay_strict k ek_l^T) ev_l)
         if HAS_BETA:
             d_rhs = tl.dot(tl.trans(inverse), du, input_precision=PRECISION)
             dA = -tl.where(strict, tl.dot(d_rhs, tl.trans(u), input_precision=PRECISION), 0.0)
@@ -235,28 +213,42 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, chunk
             dbeta += tl.sum(dA * decay_strict * kk, 1)
             za = dA * A
             dG += tl.sum(za, 1) - tl.sum(za, 0)
-            if HAS_EXTRA:
-                dBx = -tl.where(row_token[None, :] < tokens[:, None], tl.dot(d_rhs, tl.trans(ev), input_precision=PRECISION), 0.0)
-                dev -= tl.dot(tl.trans(Bx), d_rhs, input_precision=PRECISION)
-                d_kek = dBx * decay_kx * beta[:, None]
-                dk += tl.dot(d_kek, ek, input_precision=PRECISION)
-                dek += tl.dot(tl.trans(d_kek), k, input_precision=PRECISION)
-                dbeta += tl.sum(dBx * decay_kx * kek, 1)
-                zb = dBx * Bx
-                dG += tl.sum(zb, 1)
-                dG_extra -= tl.sum(zb, 0)
-            tl.store(dbeta_ptr + token_row, dbeta.to(dbeta_ptr.dtype.element_ty), mask=t < T)
         else:
             dv = du
         if HAS_EXTRA:
-            dG += tl.sum(tl.where(row_token[None, :] == tokens[:, None], dG_extra[None, :], 0.0), 1)
-            rows = tl.arange(0, BT * BL)
-            write = rows % BL
-            t_r = t0 + row_token
-            extra_row = ((b * T + t_r) * H + h) * L + write
-            in_rows = (t_r < T) & (write < L)
-            tl.store(dek_ptr + extra_row[:, None] * K + cols_k[None, :], dek.to(dek_ptr.dtype.element_ty), mask=in_rows[:, None] & (cols_k[None, :] < K))
-            tl.store(dev_ptr + extra_row[:, None] * V + cols_v[None, :], dev.to(dev_ptr.dtype.element_ty), mask=in_rows[:, None] & (cols_v[None, :] < V))
+            for l in range(L):
+                offsets_k, mask_ek, offsets_v, mask_ev = _extra_offsets(b, h, t0, 0, l, T, H, K, V, L, BT, BK, BV)
+                ek = tl.load(ek_ptr + offsets_k, mask=mask_ek, other=0.0).to(tl.float32)
+                ev = tl.load(ev_ptr + offsets_v, mask=mask_ev, other=0.0).to(tl.float32)
+                extra_scores = decay_incl * tl.dot(q, tl.trans(ek), input_precision=PRECISION)
+                d_extra_scores = tl.where(inclusive, tl.dot(d_o, tl.trans(ev), input_precision=PRECISION), 0.0)
+                dev = tl.dot(tl.trans(extra_scores), d_o, input_precision=PRECISION)
+                zx = d_extra_scores * extra_scores
+                dG += tl.sum(zx, 1) - tl.sum(zx, 0)
+                d_qek = d_extra_scores * decay_incl
+                dq += tl.dot(d_qek, ek, input_precision=PRECISION)
+                dek = tl.dot(tl.trans(d_qek), q, input_precision=PRECISION)
+                ek_ds = tl.dot(ek, d_state, input_precision=PRECISION)
+                dek += to_end[:, None] * tl.dot(ev, tl.trans(d_state), input_precision=PRECISION)
+                dev += to_end[:, None] * ek_ds
+                z_end_extra = to_end * tl.sum(ek_ds * ev, 1)
+                dG -= z_end_extra
+                d_last += tl.sum(z_end_extra, 0)
+                if HAS_BETA:
+                    kek = tl.dot(k, tl.trans(ek), input_precision=PRECISION)
+                    erase_seen = beta[:, None] * decay_strict * kek
+                    d_erase_seen = -tl.where(strict, tl.dot(d_rhs, tl.trans(ev), input_precision=PRECISION), 0.0)
+                    dev -= tl.dot(tl.trans(erase_seen), d_rhs, input_precision=PRECISION)
+                    d_kek = d_erase_seen * decay_strict * beta[:, None]
+                    dk += tl.dot(d_kek, ek, input_precision=PRECISION)
+                    dek += tl.dot(tl.trans(d_kek), k, input_precision=PRECISION)
+                    dbeta += tl.sum(d_erase_seen * decay_strict * kek, 1)
+                    zb = d_erase_seen * erase_seen
+                    dG += tl.sum(zb, 1) - tl.sum(zb, 0)
+                tl.store(dek_ptr + offsets_k, dek.to(dek_ptr.dtype.element_ty), mask=mask_ek)
+                tl.store(dev_ptr + offsets_v, dev.to(dev_ptr.dtype.element_ty), mask=mask_ev)
+        if HAS_BETA:
+            tl.store(dbeta_ptr + token_row, dbeta.to(dbeta_ptr.dtype.element_ty), mask=t < T)
         # G_t = g_1 + ... + g_t, so dg_s = sum_{t >= s} dG_t; G_last is the sum of every g in the chunk
         dg = tl.sum(dG, 0) - tl.cumsum(dG, 0) + dG + d_last
         tl.store(dq_ptr + token_row[:, None] * K + cols_k[None, :], dq.to(dq_ptr.dtype.element_ty), mask=mask_k)
@@ -267,12 +259,13 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, chunk
     tl.store(ds0_ptr + bh * K * V + state_offsets, d_state, mask=state_mask)
 
 
-def _block_sizes(T, K, V, L):
-    BT = 16 if T <= 16 else 32 if T <= 512 else 64
-    BK = max(16, triton.next_power_of_2(K))
-    BV = max(16, triton.next_power_of_2(V))
-    BL = triton.next_power_of_2(L) if L else 1
-    return BT, BK, BV, BL
+def _block_sizes(T, K, V):
+    BT = 16 if T <= 16 else 32
+    return BT, max(16, triton.next_power_of_2(K)), max(16, triton.next_power_of_2(V))
+
+
+def _num_warps(BK, BV):
+    return 4 if BK * BV <= 32 * 32 else 8
 
 
 class _DeltaScanFunction(torch.autograd.Function):
@@ -281,7 +274,7 @@ class _DeltaScanFunction(torch.autograd.Function):
         B, T, H, K = q.shape
         V = v.shape[-1]
         L = 0 if extra_k is None else extra_k.shape[3]
-        BT, BK, BV, BL = _block_sizes(T, K, V, L)
+        BT, BK, BV = _block_sizes(T, K, V)
         if chunk_size is not None:
             BT = chunk_size
         NT = triton.cdiv(T, BT)
@@ -299,17 +292,16 @@ class _DeltaScanFunction(torch.autograd.Function):
             q, k, v, g, q if beta is None else beta, q if extra_k is None else extra_k, q if extra_v is None else extra_v,
             q if initial_state is None else initial_state, o, final_state, chunk_states, scale, T, H, K, V, L, NT,
             HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, HAS_INITIAL=initial_state is not None,
-            STORE_CHUNK_STATES=needs_grad, PRECISION=precision, BT=BT, BK=BK, BV=BV, BL=BL,
-            num_warps=4 if BV * BK <= 64 * 64 else 8)
+            STORE_CHUNK_STATES=needs_grad, PRECISION=precision, BT=BT, BK=BK, BV=BV, num_warps=_num_warps(BK, BV))
         if needs_grad:
             ctx.save_for_backward(q, k, v, g, beta, extra_k, extra_v, chunk_states)
-            ctx.config = (scale, BT, BK, BV, BL, NT, precision, initial_state is not None)
+            ctx.config = (scale, BT, BK, BV, NT, precision, initial_state is not None)
         return o, final_state
 
     @staticmethod
     def backward(ctx, d_o, d_final_state):
         q, k, v, g, beta, extra_k, extra_v, chunk_states = ctx.saved_tensors
-        scale, BT, BK, BV, BL, NT, precision, has_initial = ctx.config
+        scale, BT, BK, BV, NT, precision, has_initial = ctx.config
         B, T, H, K = q.shape
         V = v.shape[-1]
         L = 0 if extra_k is None else extra_k.shape[3]
@@ -324,7 +316,7 @@ class _DeltaScanFunction(torch.autograd.Function):
             dq, dk, dv, dg, dq if dbeta is None else dbeta, dq if dek is None else dek, dq if dev is None else dev, d_initial,
             scale, T, H, K, V, L, NT,
             HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, HAS_DFINAL=d_final_state is not None,
-            PRECISION=precision, BT=BT, BK=BK, BV=BV, BL=BL, num_warps=4 if BV * BK <= 64 * 64 else 8)
+            PRECISION=precision, BT=BT, BK=BK, BV=BV, num_warps=_num_warps(BK, BV))
         return dq, dk, dv, dg, dbeta, dek, dev, d_initial if has_initial else None, None, None
 
 
