@@ -132,11 +132,20 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, chunk
                      scale, T, H, K, V, L, NT,
                      HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_DFINAL: tl.constexpr,
                      PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    bh = tl.cast(tl.program_id(0), tl.int64)
+    # value block v_block writes its partial sums of dq, dk, dg, dbeta, d(extra_k) at slot v_block
+    v_block = tl.program_id(0)
+    bh = tl.cast(tl.program_id(1), tl.int64)
     b = bh // H
     h = bh % H
+    v0 = v_block * BV
+    tokens_total = tl.cast(v_block, tl.int64) * (tl.num_programs(1) // H) * T * H  # B * T * H per slot
+    dq_ptr += tokens_total * K
+    dk_ptr += tokens_total * K
+    dg_ptr += tokens_total
+    dbeta_ptr += tokens_total
+    dek_ptr += tokens_total * L * K
     cols_k = tl.arange(0, BK)
-    cols_v = tl.arange(0, BV)
+    cols_v = v0 + tl.arange(0, BV)
     state_offsets = cols_k[:, None] * V + cols_v[None, :]
     state_mask = (cols_k[:, None] < K) & (cols_v[None, :] < V)
     if HAS_DFINAL:
@@ -149,7 +158,7 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, chunk
     for i in range(NT):
         chunk = tl.cast(NT - 1 - i, tl.int64)
         t0 = chunk * BT
-        q, k, v, g, beta = _load_chunk(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, b, h, t0, 0, T, H, K, V, HAS_BETA, BT, BK, BV)
+        q, k, v, g, beta = _load_chunk(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, b, h, t0, v0, T, H, K, V, HAS_BETA, BT, BK, BV)
         state = tl.load(chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, mask=state_mask, other=0.0)
         t = t0 + tokens
         token_row = (b * T + t) * H + h
@@ -170,7 +179,7 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, chunk
             rhs = beta[:, None] * v - (beta * gamma)[:, None] * ks
             if HAS_EXTRA:
                 for l in range(L):
-                    offsets_k, mask_ek, offsets_v, mask_ev = _extra_offsets(b, h, t0, 0, l, T, H, K, V, L, BT, BK, BV)
+                    offsets_k, mask_ek, offsets_v, mask_ev = _extra_offsets(b, h, t0, v0, l, T, H, K, V, L, BT, BK, BV)
                     ek = tl.load(ek_ptr + offsets_k, mask=mask_ek, other=0.0).to(tl.float32)
                     ev = tl.load(ev_ptr + offsets_v, mask=mask_ev, other=0.0).to(tl.float32)
                     rhs -= tl.dot(beta[:, None] * decay_strict * tl.dot(k, tl.trans(ek), input_precision=PRECISION), ev, input_precision=PRECISION)
@@ -217,7 +226,7 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, chunk
             dv = du
         if HAS_EXTRA:
             for l in range(L):
-                offsets_k, mask_ek, offsets_v, mask_ev = _extra_offsets(b, h, t0, 0, l, T, H, K, V, L, BT, BK, BV)
+                offsets_k, mask_ek, offsets_v, mask_ev = _extra_offsets(b, h, t0, v0, l, T, H, K, V, L, BT, BK, BV)
                 ek = tl.load(ek_ptr + offsets_k, mask=mask_ek, other=0.0).to(tl.float32)
                 ev = tl.load(ev_ptr + offsets_v, mask=mask_ev, other=0.0).to(tl.float32)
                 extra_scores = decay_incl * tl.dot(q, tl.trans(ek), input_precision=PRECISION)
@@ -268,27 +277,32 @@ def _num_warps(BK, BV):
     return 4 if BK * BV <= 32 * 32 else 8
 
 
+def _value_block(programs, BV):
+    """Split the value dimension until about two programs per SM of an H100/H200 (132 SMs) are busy."""
+    while programs < 264 and BV >= 64:
+        BV //= 2
+        programs *= 2
+    return BV
+
+
 class _DeltaScanFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, g, beta, extra_k, extra_v, initial_state, scale, chunk_size):
+    def forward(ctx, q, k, v, g, beta, extra_k, extra_v, initial_state, scale, chunk_size, value_block):
         B, T, H, K = q.shape
         V = v.shape[-1]
         L = 0 if extra_k is None else extra_k.shape[3]
         BT, BK, BV = _block_sizes(T, K, V)
-        if chunk_size is not None:
-            BT = chunk_size
+        BT = chunk_size or BT
+        BV = value_block or _value_block(B * H, BV)
         NT = triton.cdiv(T, BT)
         q, k, v, g = (x.contiguous() for x in (q, k, v, g))
-        beta = None if beta is None else beta.contiguous()
-        extra_k = None if extra_k is None else extra_k.contiguous()
-        extra_v = None if extra_v is None else extra_v.contiguous()
-        initial_state = None if initial_state is None else initial_state.contiguous()
+        beta, extra_k, extra_v, initial_state = (None if x is None else x.contiguous() for x in (beta, extra_k, extra_v, initial_state))
         needs_grad = any(ctx.needs_input_grad[:8])
         o = torch.empty(B, T, H, V, device=q.device, dtype=v.dtype)
         final_state = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32)
         chunk_states = torch.empty(B, H, NT, K, V, device=q.device, dtype=torch.float32) if needs_grad else final_state
         precision = "ieee" if q.dtype == torch.float32 else "tf32"
-        _forward_kernel[(1, B * H)](
+        _forward_kernel[(triton.cdiv(V, BV), B * H)](
             q, k, v, g, q if beta is None else beta, q if extra_k is None else extra_k, q if extra_v is None else extra_v,
             q if initial_state is None else initial_state, o, final_state, chunk_states, scale, T, H, K, V, L, NT,
             HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, HAS_INITIAL=initial_state is not None,
@@ -305,21 +319,34 @@ class _DeltaScanFunction(torch.autograd.Function):
         B, T, H, K = q.shape
         V = v.shape[-1]
         L = 0 if extra_k is None else extra_k.shape[3]
-        dq, dk, dv, dg = (torch.empty_like(x) for x in (q, k, v, g))
-        dbeta = None if beta is None else torch.empty_like(beta)
-        dek = None if extra_k is None else torch.empty_like(extra_k)
+        value_blocks = triton.cdiv(V, BV)
+
+        def key_side_grad(x):
+            # one fp32 slot of partial sums per value block when there are several
+            return torch.empty_like(x) if value_blocks == 1 else x.new_empty(value_blocks, *x.shape, dtype=torch.float32)
+
+        dq, dk, dg = key_side_grad(q), key_side_grad(k), key_side_grad(g)
+        dbeta = None if beta is None else key_side_grad(beta)
+        dek = None if extra_k is None else key_side_grad(extra_k)
+        dv = torch.empty_like(v)
         dev = None if extra_v is None else torch.empty_like(extra_v)
         d_initial = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32)
-        _backward_kernel[(B * H,)](
+        _backward_kernel[(value_blocks, B * H)](
             q, k, v, g, q if beta is None else beta, q if extra_k is None else extra_k, q if extra_v is None else extra_v,
             chunk_states, d_o.contiguous(), d_o if d_final_state is None else d_final_state.contiguous(),
             dq, dk, dv, dg, dq if dbeta is None else dbeta, dq if dek is None else dek, dq if dev is None else dev, d_initial,
             scale, T, H, K, V, L, NT,
             HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, HAS_DFINAL=d_final_state is not None,
             PRECISION=precision, BT=BT, BK=BK, BV=BV, num_warps=_num_warps(BK, BV))
-        return dq, dk, dv, dg, dbeta, dek, dev, d_initial if has_initial else None, None, None
+        if value_blocks > 1:
+            dq, dk, dg = dq.sum(0).to(q.dtype), dk.sum(0).to(k.dtype), dg.sum(0).to(g.dtype)
+            dbeta = None if dbeta is None else dbeta.sum(0).to(beta.dtype)
+            dek = None if dek is None else dek.sum(0).to(extra_k.dtype)
+        return dq, dk, dv, dg, dbeta, dek, dev, d_initial if has_initial else None, None, None, None
 
 
-def triton_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state, chunk_size=None):
-    """Fused Triton scan; returns (o [B, T, H, V] in v's dtype, S_T [B, H, K, V] fp32)."""
-    return _DeltaScanFunction.apply(q, k, v, g, beta, extra_k, extra_v, initial_state, scale, chunk_size)
+def triton_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state, chunk_size=None, value_block=None):
+    """Fused Triton scan; returns (o [B, T, H, V] in v's dtype, S_T [B, H, K, V] fp32).
+
+    chunk_size and value_block (a power of two >= 16) override the automatic block sizes."""
+    return _DeltaScanFunction.apply(q, k, v, g, beta, extra_k, extra_v, initial_state, scale, chunk_size, value_block)
