@@ -13,8 +13,8 @@ width N shared by all heads (n_groups = 1):
 
 The recurrence runs through ``delta_scan`` with beta=None, q = C, k = dt * B, v = x, g = dt * A and
 scale 1. Initialisation as in the official code: dt log-uniform in [1e-3, 0.1] (dt_bias = softplus^-1(dt)),
-A uniform in [1, 16], D = 1. The head width is scaled down with the model: d_model 64, expand 2, 2 heads
-gives heads of width 64 (the official default width).
+A uniform in [1, 16], D = 1. Widths are scaled down with the model: d_model 64, expand 2, 2 heads gives
+heads of width 64 (the official default head width), and the state width N defaults to 64 (official 128).
 
 Blocks follow the official Mamba-2 language model: u = u + Mixer(RMSNorm(u)) with no MLP. With
 ``mlp=True`` each block also gets a SwiGLU feed-forward (the official ``d_intermediate > 0`` option),
