@@ -46,7 +46,7 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
 
 def markdown_table(summary: pd.DataFrame) -> str:
     """Markdown rows with the best mean of each metric in bold."""
-    header = ["Model", *COLUMN_TITLES.values(), "Params", "Seeds"]
+    header = ["Model", *(COLUMN_TITLES[name] for name in METRIC_NAMES), "Params", "Seeds"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     best = {name: summary[f"{name}_mean"].max() for name in METRIC_NAMES}
     for _, row in summary.iterrows():

@@ -1,0 +1,31 @@
+"""AUC table formatting: column titles line up with values, best mean in bold, std over seeds."""
+
+import pandas as pd
+
+from prism_rec.metrics import METRIC_NAMES
+from prism_rec.tables import markdown_table, summarise
+
+
+def fake_runs():
+    rows = []
+    for model, base in (("a", 0.5), ("b", 0.7)):
+        for seed in range(2):
+            row = {"tags.model": model, "tags.seed": str(seed), "metrics.n_parameters": 100.0}
+            for index, name in enumerate(METRIC_NAMES):
+                row[f"metrics.test_{name}"] = base + index / 100 + seed / 1000
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_summary_and_markdown_columns_line_up():
+    summary = summarise(fake_runs())
+    assert summary["n_seeds"].tolist() == [2, 2]
+    assert abs(summary.loc[1, "auc_std"] - pd.Series([0.7, 0.701]).std()) < 1e-12
+    header, _, row_a, row_b = markdown_table(summary).splitlines()
+    titles = [cell.strip() for cell in header.strip("|").split("|")]
+    assert titles[:4] == ["Model", "AUC", "Hit@10", "NDCG@10"] and titles[-2:] == ["Params", "Seeds"]
+    cells_b = [cell.strip() for cell in row_b.strip("|").split("|")]
+    for title, name in zip(titles[1:], METRIC_NAMES):
+        index = METRIC_NAMES.index(name)
+        assert cells_b[titles.index(title)].startswith(f"**{0.7 + index / 100 + 0.0005:.4f}")
+    assert "**" not in row_a
