@@ -36,8 +36,8 @@ def register_backbone(name: str, description: str = "", **defaults: Any):
     def decorator(factory):
         if name in _BACKBONES and _BACKBONES[name].factory is not factory:
             raise ValueError(f"backbone {name!r} is registered twice ({_BACKBONES[name].factory} and {factory})")
-        doc = description or (factory.__doc__ or "").strip().splitlines()[0:1]
-        _BACKBONES[name] = BackboneEntry(name, factory, dict(defaults), doc if isinstance(doc, str) else "".join(doc))
+        summary = description or next(iter((factory.__doc__ or "").strip().splitlines()), "")
+        _BACKBONES[name] = BackboneEntry(name, factory, dict(defaults), summary)
         return factory
 
     return decorator
