@@ -1,0 +1,178 @@
+"""Run many (task, model, seed) probes, in parallel worker processes sharing one device, within a budget.
+
+Finished runs go to the manifest (``<out>/probes_manifest.jsonl``) and to MLflow (experiment "probes",
+one run per (task, model, seed); ``log_manifest_to_mlflow`` adds runs made where MLflow is absent) as
+they complete, so an interrupted invocation loses only its in-flight
+runs. Runs already in the manifest with identical settings are skipped. With ``time_budget`` seconds no
+run is started after the deadline and in-flight runs pause at it: their model, optimiser and data-stream
+state go to ``<out>/probes_checkpoints.pt`` and the next invocation over the same folder continues them.
+The results table is rebuilt from the manifest at the end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import multiprocessing
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
+
+import torch
+
+from ..tracking import experiment_id, git_commit, machine_description
+from ..train import resolve_device
+from .report import (CHECKPOINTS_NAME, MANIFEST_NAME, entry_identity, load_manifest, run_identity, save_manifest,
+                     write_atomically, write_results_table)
+from .settings import ProbeSettings, settings_for
+from .train import ProbeJob, train_probe
+
+EXPERIMENT = "probes"
+
+
+def _limit_threads(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+def _run_job(job: ProbeJob) -> dict:
+    """Worker entry: never raises, so one crashing backbone leaves the others running."""
+    try:
+        return train_probe(job)
+    except Exception as error:  # reported in the summary and the table's unfinished list
+        return {"status": "failed", "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
+
+
+def _load_checkpoints(out_dir: Path) -> dict[str, bytes]:
+    path = out_dir / CHECKPOINTS_NAME
+    return torch.load(path, weights_only=False) if path.exists() else {}
+
+
+def _save_checkpoints(out_dir: Path, checkpoints: dict[str, bytes]) -> None:
+    path = out_dir / CHECKPOINTS_NAME
+    if checkpoints:
+        buffer = io.BytesIO()
+        torch.save(checkpoints, buffer)
+        write_atomically(path, buffer.getvalue())
+    elif path.exists():
+        path.unlink()
+
+
+def _log_to_mlflow(entry: dict, command: str) -> None:
+    """One MLflow run (experiment "probes") for a manifest entry, unless a run with its identity exists."""
+    import mlflow
+
+    experiment = experiment_id(EXPERIMENT)
+    identity = hashlib.sha1(entry_identity(entry).encode()).hexdigest()
+    if len(mlflow.search_runs([experiment], filter_string=f"tags.probe_identity = '{identity}'")):
+        return
+    tags = {key: str(entry[key]) for key in ("device", "machine", "git_commit", "torch_version")}
+    tags.update({"command": command, "probe_identity": identity,
+            "task": entry["task"], "model": entry["model"], "seed": str(entry["seed"])})
+    with mlflow.start_run(experiment_id=experiment, run_name=f"{entry['task']}-{entry['model']}-s{entry['seed']}",
+                          tags=tags):
+        mlflow.log_params({"task": entry["task"], "model": entry["model"], "seed": entry["seed"],
+                           "profile": entry["profile"], **entry["settings"]})
+        for step, loss in entry["loss_curve"]:
+            mlflow.log_metric("train_loss", loss, step=step)
+        mlflow.log_metrics({"final_accuracy": entry["accuracy"], "final_train_loss": entry["final_train_loss"],
+                            "wall_seconds": entry["wall_seconds"], "n_parameters": entry["n_parameters"],
+                            "steps_per_second": entry["steps"] / max(entry["wall_seconds"], 1e-9)})
+
+
+def log_manifest_to_mlflow(out_dir: Path, command: str) -> int:
+    """Log every run of ``out_dir``'s manifest not yet in MLflow (runs made where MLflow was absent)."""
+    entries = load_manifest(Path(out_dir))
+    if not entries:
+        raise FileNotFoundError(f"option --out: no finished runs in {Path(out_dir) / MANIFEST_NAME}")
+    for entry in entries:
+        _log_to_mlflow(entry, command)
+    return len(entries)
+
+
+def run_probes(tasks: list[str], models: list[str], seeds: list[int], profile: str, overrides: dict,
+               out_dir: Path, device: str = "auto", workers: int = 1, time_budget: float | None = None,
+               command: str = "", log_mlflow: bool = True) -> dict:
+    """Train every (task, model, seed) not yet in the manifest; returns counts per status and the table path."""
+    if workers < 1:
+        raise ValueError(f"option --workers: must be >= 1, got {workers}")
+    if time_budget is not None and time_budget <= 0:
+        raise ValueError(f"option --time-budget: must be > 0 seconds, got {time_budget}")
+    out_dir = Path(out_dir)
+    torch_device = resolve_device(device)
+    settings_by_task: dict[str, ProbeSettings] = {task: settings_for(profile, task, overrides) for task in tasks}
+    deadline = time.time() + time_budget if time_budget is not None else float("inf")
+    manifest = load_manifest(out_dir)
+    finished = {entry_identity(entry) for entry in manifest}
+    checkpoints = _load_checkpoints(out_dir)
+    pending = [ProbeJob(task, model, seed, settings_by_task[task], str(torch_device), deadline,
+                        checkpoints.get(run_identity(task, model, seed, settings_by_task[task])))
+               for seed in seeds for task in tasks for model in models  # seed outermost: whole seeds finish first
+               if run_identity(task, model, seed, settings_by_task[task]) not in finished]
+    counts = {"skipped (already in manifest)": len(tasks) * len(models) * len(seeds) - len(pending),
+              "finished": 0, "paused": 0, "failed": 0, "not started": 0}
+    unfinished: list[str] = []
+    total = len(pending)
+    print(f"{total} probe runs to do on {machine_description(torch_device)} with {workers} worker(s)"
+          f"{f', budget {time_budget:.0f} s' if time_budget else ''}; {counts['skipped (already in manifest)']} "
+          f"already in {out_dir}", flush=True)
+
+    def record(job: ProbeJob, result: dict) -> None:
+        label = f"{job.task}/{job.model}/s{job.seed}"
+        identity = run_identity(job.task, job.model, job.seed, job.settings)
+        counts[result["status"]] += 1
+        if result["status"] == "finished":
+            entry = {"task": job.task, "model": job.model, "seed": job.seed, "profile": profile,
+                     "settings": job.settings.as_dict(), "accuracy": result["accuracy"],
+                     "final_train_loss": result["final_train_loss"], "loss_curve": result["loss_curve"],
+                     "steps": result["steps"], "wall_seconds": round(result["wall_seconds"], 2),
+                     "n_parameters": result["n_parameters"], "device": str(torch_device),
+                     "machine": machine_description(torch_device), "git_commit": git_commit(),
+                     "torch_version": torch.__version__,
+                     "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            manifest.append(entry)
+            save_manifest(out_dir, manifest)
+            if checkpoints.pop(identity, None) is not None:
+                _save_checkpoints(out_dir, checkpoints)
+            if log_mlflow:
+                _log_to_mlflow(entry, command)
+            print(f"[{sum(counts[s] for s in ('finished', 'paused', 'failed'))}/{total}] {label}: accuracy "
+                  f"{result['accuracy']:.3f}, loss {result['final_train_loss']:.3f}, {result['wall_seconds']:.0f} s",
+                  flush=True)
+            return
+        unfinished.append(label)
+        if result["status"] == "paused":
+            checkpoints[identity] = result["checkpoint"]
+            _save_checkpoints(out_dir, checkpoints)
+            print(f"{label}: paused at step {result['step']} (checkpoint kept)", flush=True)
+        else:
+            print(f"{label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
+
+    if workers == 1:
+        for index, job in enumerate(pending):
+            if time.time() >= deadline:
+                unfinished += [f"{j.task}/{j.model}/s{j.seed}" for j in pending[index:]]
+                counts["not started"] = len(pending) - index
+                break
+            record(job, _run_job(job))
+    else:
+        threads = max(1, (multiprocessing.cpu_count()) // workers)
+        context = multiprocessing.get_context("spawn")
+        queue = list(reversed(pending))
+        in_flight: dict[Future, ProbeJob] = {}
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_limit_threads, initargs=(threads,)) as pool:
+            while queue or in_flight:
+                while queue and len(in_flight) < workers and time.time() < deadline:
+                    job = queue.pop()
+                    in_flight[pool.submit(_run_job, job)] = job
+                if not in_flight:
+                    break
+                done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                for future in done:
+                    record(in_flight.pop(future), future.result())
+        counts["not started"] = len(queue)
+        unfinished += [f"{j.task}/{j.model}/s{j.seed}" for j in reversed(queue)]
+    table = write_results_table(out_dir, tasks, models, seeds, settings_by_task, profile, command, unfinished)
+    print(table.read_text(), flush=True)
+    print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)
+    return {"counts": counts, "table": table, "unfinished": unfinished}
