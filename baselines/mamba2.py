@@ -23,23 +23,13 @@ through ``PreNormStack``. Padded positions are zeroed after every block.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from prism_rec.kernels import delta_scan
-from prism_rec.nn import PreNormStack, RMSNorm, ShortConv
+from prism_rec.nn import PreNormStack, RMSNorm, ShortConv, ssd_gate_init
 from prism_rec.registry import register_backbone
-
-
-def ssd_gate_init(n_heads: int, a_range=(1.0, 16.0), dt_range=(1e-3, 0.1), dt_floor: float = 1e-4):
-    """(A_log, dt_bias) [H] as in the official Mamba-2: A ~ U[a_range], dt log-uniform, dt_bias = softplus^-1(dt)."""
-    A = torch.empty(n_heads).uniform_(*a_range)
-    log_dt_min, log_dt_max = math.log(dt_range[0]), math.log(dt_range[1])
-    dt = torch.exp(torch.rand(n_heads) * (log_dt_max - log_dt_min) + log_dt_min).clamp(min=dt_floor)
-    return torch.log(A), dt + torch.log(-torch.expm1(-dt))
 
 
 class Mamba2Mixer(nn.Module):
