@@ -1,10 +1,12 @@
-"""Fused Triton delta scan: one program per (batch, head) walks all chunks with the fp32 state on chip.
+"""Fused Triton delta scan: one program per (batch, head, value block) walks all chunks, state on chip.
 
-Forward: one launch, grid (value blocks, B * H); it writes o, the final state and, when gradients
-are needed, the state at the start of every chunk. Backward: one launch, grid (B * H,), walking the
-chunks in reverse with d(state) on chip and recomputing each chunk's intra-chunk terms (the UT/WY
-transform of kernels/chunk.py) from the stored chunk-start state. All accumulation is fp32; the
-matrix products use tf32 for bf16/fp16 inputs and full fp32 for fp32 inputs.
+Forward: with beta, one launch parallel over chunks computes each chunk's (I + A)^{-1} of the UT/WY
+transform (kernels/chunk.py), which does not depend on the state; then one launch, grid
+(value blocks, B * H), walks the chunks and writes o, the final state and, when gradients are
+needed, the state at the start of every chunk. Backward: one launch, grid (value blocks, B * H),
+walking the chunks in reverse with d(state) on chip, recomputing each chunk's intra-chunk terms from
+the stored chunk-start state and inverse. All accumulation is fp32; the matrix products use tf32
+for bf16/fp16 inputs and full fp32 for fp32 inputs.
 """
 
 import torch
@@ -14,13 +16,25 @@ import triton.language as tl
 
 @triton.jit
 def _unit_lower_inverse(A, BT: tl.constexpr):
-    """(I + A)^{-1} for strictly lower-triangular A [BT, BT], by forward substitution over rows."""
+    """(I + A)^{-1} for strictly lower-triangular A [BT, BT] (BT = 16, 32 or 64).
+
+    Forward substitution inside the 16 x 16 diagonal blocks, all blocks at once (15 steps); then,
+    with D the inverse of the block-diagonal part and N = D A_off (strictly block-lower, N^(BT/16) = 0),
+    (I + A)^{-1} = (I + N)^{-1} D = (I - N)(I + N^2) D for BT = 64 and (I - N) D for BT = 32."""
     rows = tl.arange(0, BT)
-    inverse = (rows[:, None] == rows[None, :]).to(tl.float32)
-    for i in range(1, BT):
-        a_row = tl.sum(tl.where(rows[:, None] == i, A, 0.0), 0)  # A[i, :], zero from column i on
-        new_row = tl.where(rows == i, 1.0, 0.0) - tl.sum(a_row[:, None] * inverse, 0)
-        inverse = tl.where(rows[:, None] == i, new_row[None, :], inverse)
+    identity = (rows[:, None] == rows[None, :]).to(tl.float32)
+    same_block = (rows[:, None] // 16) == (rows[None, :] // 16)
+    A_diag = tl.where(same_block, A, 0.0)
+    inverse = identity
+    for i in range(1, 16):
+        selected = (rows % 16) == i
+        substituted = identity - tl.dot(tl.where(selected[:, None], A_diag, 0.0), inverse, input_precision="ieee")
+        inverse = tl.where(selected[:, None], substituted, inverse)
+    if BT > 16:
+        N = tl.dot(inverse, A - A_diag, input_precision="ieee")
+        if BT > 32:
+            inverse += tl.dot(tl.dot(N, N, input_precision="ieee"), inverse, input_precision="ieee")
+        inverse -= tl.dot(N, inverse, input_precision="ieee")
     return inverse
 
 
@@ -65,7 +79,27 @@ def _masked_decay(G, mask):
 
 
 @triton.jit
-def _forward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, s0_ptr,
+def _chunk_inverse_kernel(k_ptr, g_ptr, beta_ptr, inverse_ptr, T, H, K, NT,
+                          PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+    """(I + A)^{-1} of every chunk, in parallel over chunks: it does not depend on the state."""
+    chunk = tl.cast(tl.program_id(0), tl.int64)
+    bh = tl.cast(tl.program_id(1), tl.int64)
+    b = bh // H
+    h = bh % H
+    tokens = tl.arange(0, BT)
+    cols_k = tl.arange(0, BK)
+    t = chunk * BT + tokens
+    token_row = (b * T + t) * H + h
+    k = tl.load(k_ptr + token_row[:, None] * K + cols_k[None, :], mask=(t[:, None] < T) & (cols_k[None, :] < K), other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + token_row, mask=t < T, other=0.0).to(tl.float32)
+    beta = tl.load(beta_ptr + token_row, mask=t < T, other=0.0).to(tl.float32)
+    A = beta[:, None] * _masked_decay(tl.cumsum(g, 0), tokens[:, None] > tokens[None, :]) * tl.dot(k, tl.trans(k), input_precision=PRECISION)
+    inverse_offsets = ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :]
+    tl.store(inverse_ptr + inverse_offsets, _unit_lower_inverse(A, BT))
+
+
+@triton.jit
+def _forward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, s0_ptr, inverse_ptr,
                     o_ptr, final_ptr, chunk_states_ptr, scale, T, H, K, V, L, NT,
                     HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_INITIAL: tl.constexpr,
                     STORE_CHUNK_STATES: tl.constexpr, PRECISION: tl.constexpr,
@@ -114,8 +148,8 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, s0_ptr
                     erase_seen = beta[:, None] * decay_strict * tl.dot(k, tl.trans(ek), input_precision=PRECISION)
                     rhs -= tl.dot(erase_seen, ev, input_precision=PRECISION)
         if HAS_BETA:
-            A = beta[:, None] * decay_strict * tl.dot(k, tl.trans(k), input_precision=PRECISION)
-            u = tl.dot(_unit_lower_inverse(A, BT), rhs, input_precision=PRECISION)  # [BT, BV]
+            inverse = tl.load(inverse_ptr + ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :])
+            u = tl.dot(inverse, rhs, input_precision=PRECISION)  # [BT, BV]
         else:
             u = v
         o += tl.dot(decay_incl * tl.dot(q, tl.trans(k), input_precision=PRECISION), u, input_precision=PRECISION)
@@ -127,7 +161,7 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, s0_ptr
 
 
 @triton.jit
-def _backward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, chunk_states_ptr,
+def _backward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, chunk_states_ptr, inverse_ptr,
                      do_ptr, dfinal_ptr, dq_ptr, dk_ptr, dv_ptr, dg_ptr, dbeta_ptr, dek_ptr, dev_ptr, ds0_ptr,
                      scale, T, H, K, V, L, NT,
                      HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_DFINAL: tl.constexpr,
@@ -183,7 +217,7 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, chunk
                     ek = tl.load(ek_ptr + offsets_k, mask=mask_ek, other=0.0).to(tl.float32)
                     ev = tl.load(ev_ptr + offsets_v, mask=mask_ev, other=0.0).to(tl.float32)
                     rhs -= tl.dot(beta[:, None] * decay_strict * tl.dot(k, tl.trans(ek), input_precision=PRECISION), ev, input_precision=PRECISION)
-            inverse = _unit_lower_inverse(A, BT)
+            inverse = tl.load(inverse_ptr + ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :])
             u = tl.dot(inverse, rhs, input_precision=PRECISION)
         else:
             u = v
@@ -302,19 +336,23 @@ class _DeltaScanFunction(torch.autograd.Function):
         final_state = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32)
         chunk_states = torch.empty(B, H, NT, K, V, device=q.device, dtype=torch.float32) if needs_grad else final_state
         precision = "ieee" if q.dtype == torch.float32 else "tf32"
+        inverses = final_state  # [B, H, NT, BT, BT] when beta is given
+        if beta is not None:
+            inverses = torch.empty(B, H, NT, BT, BT, device=q.device, dtype=torch.float32)
+            _chunk_inverse_kernel[(NT, B * H)](k, g, beta, inverses, T, H, K, NT, PRECISION=precision, BT=BT, BK=BK, num_warps=4 if BT <= 32 else 8)
         _forward_kernel[(triton.cdiv(V, BV), B * H)](
             q, k, v, g, q if beta is None else beta, q if extra_k is None else extra_k, q if extra_v is None else extra_v,
-            q if initial_state is None else initial_state, o, final_state, chunk_states, scale, T, H, K, V, L, NT,
+            q if initial_state is None else initial_state, inverses, o, final_state, chunk_states, scale, T, H, K, V, L, NT,
             HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, HAS_INITIAL=initial_state is not None,
             STORE_CHUNK_STATES=needs_grad, PRECISION=precision, BT=BT, BK=BK, BV=BV, num_warps=_num_warps(BK, BV))
         if needs_grad:
-            ctx.save_for_backward(q, k, v, g, beta, extra_k, extra_v, chunk_states)
+            ctx.save_for_backward(q, k, v, g, beta, extra_k, extra_v, chunk_states, inverses)
             ctx.config = (scale, BT, BK, BV, NT, precision, initial_state is not None)
         return o, final_state
 
     @staticmethod
     def backward(ctx, d_o, d_final_state):
-        q, k, v, g, beta, extra_k, extra_v, chunk_states = ctx.saved_tensors
+        q, k, v, g, beta, extra_k, extra_v, chunk_states, inverses = ctx.saved_tensors
         scale, BT, BK, BV, NT, precision, has_initial = ctx.config
         B, T, H, K = q.shape
         V = v.shape[-1]
@@ -333,7 +371,7 @@ class _DeltaScanFunction(torch.autograd.Function):
         d_initial = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32)
         _backward_kernel[(value_blocks, B * H)](
             q, k, v, g, q if beta is None else beta, q if extra_k is None else extra_k, q if extra_v is None else extra_v,
-            chunk_states, d_o.contiguous(), d_o if d_final_state is None else d_final_state.contiguous(),
+            chunk_states, inverses, d_o.contiguous(), d_o if d_final_state is None else d_final_state.contiguous(),
             dq, dk, dv, dg, dq if dbeta is None else dbeta, dq if dek is None else dek, dq if dev is None else dev, d_initial,
             scale, T, H, K, V, L, NT,
             HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, HAS_DFINAL=d_final_state is not None,
