@@ -2,7 +2,8 @@
 
 Next-item prediction at every position of each user's most recent training window; full softmax
 cross-entropy over all items (default) or sampled softmax with shared uniform negatives; AdamW; early
-stopping on validation AUC; the best weights are restored for the test evaluation.
+stopping on validation AUC; the best weights are restored for the test evaluation. Runs can be
+checkpointed and resumed exactly, and trained data-parallel under torchrun.
 """
 
 from __future__ import annotations
@@ -12,21 +13,27 @@ import math
 import resource
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint
 from tqdm.auto import tqdm
 
+from .checkpoint import StopRequest, capture_rng, load, restore_rng, save_atomically
 from .data.batching import evaluation_batch, training_windows
 from .data.core import ProcessedDataset
-from .metrics import MetricMeans, rank_metrics
+from .distributed import World
+from .metrics import METRIC_NAMES, MetricMeans, rank_metrics
 from .model import SequentialRecommender
 
 LOSSES = ("full", "sampled")
 LOGIT_CHUNK_ROWS = 4096
+CHECKPOINT_FORMAT = "prism-rec-training-1"
 
 
 @dataclass
@@ -67,6 +74,12 @@ class TrainConfig:
         flat.update({f"backbone.{key}": value for key, value in sorted(options.items())})
         return flat
 
+    def identity(self) -> dict:
+        """The params that define a run's result, i.e. all but the device: what a resumed run must match."""
+        params = self.params()
+        params.pop("device")
+        return params
+
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
@@ -88,44 +101,60 @@ def _logsumexp_rows(hidden: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp((hidden @ table.t()).float(), dim=-1)
 
 
-def next_item_loss(model: SequentialRecommender, window: torch.Tensor, config: TrainConfig,
-                   generator: torch.Generator) -> tuple[torch.Tensor, int]:
-    """Mean next-item cross-entropy over the real positions of ``window`` [B, T + 1]; returns
-    (loss, number of trained positions)."""
-    inputs, targets = window[:, :-1], window[:, 1:]
-    hidden = model.encode(inputs)  # [B, T, d]
-    trained = (inputs > 0) & (targets > 0)  # [B, T]
-    hidden, targets = hidden[trained], targets[trained]  # [N, d], [N]
-    table = model.item_table()  # [I, d]
-    positive = (hidden * table[targets - 1]).sum(-1).float()  # [N]
-    if config.loss == "full":
-        parts = [
-            checkpoint(_logsumexp_rows, chunk, table, use_reentrant=False) if torch.is_grad_enabled() else
-            _logsumexp_rows(chunk, table)
-            for chunk in hidden.split(LOGIT_CHUNK_ROWS)
-        ]
-        loss = (torch.cat(parts) - positive).mean()
-    else:
-        negatives = torch.randint(1, model.n_items + 1, (config.n_negatives,), device=window.device, generator=generator)
-        negative_logits = (hidden @ table[negatives - 1].t()).float()  # [N, k]
-        negative_logits = negative_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
-        logits = torch.cat([positive[:, None], negative_logits], dim=1)
-        loss = F.cross_entropy(logits, torch.zeros_like(targets))
-    return loss, int(trained.sum())
+class NextItemObjective(nn.Module):
+    """Summed next-item cross-entropy of a batch of windows; the module that DistributedDataParallel wraps.
+
+    ``forward(window [B, T + 1])`` returns (sum of the losses of the real positions, their number); the
+    caller divides by the number of positions of the whole (global) batch.
+    """
+
+    def __init__(self, model: SequentialRecommender, config: TrainConfig, generator: torch.Generator):
+        super().__init__()
+        self.model, self.config, self.generator = model, config, generator
+
+    def forward(self, window: torch.Tensor) -> tuple[torch.Tensor, int]:
+        inputs, targets = window[:, :-1], window[:, 1:]
+        hidden = self.model.encode(inputs)  # [B, T, d]
+        trained = (inputs > 0) & (targets > 0)  # [B, T]
+        hidden, targets = hidden[trained], targets[trained]  # [N, d], [N]
+        table = self.model.item_table()  # [I, d]
+        positive = (hidden * table[targets - 1]).sum(-1).float()  # [N]
+        if self.config.loss == "full":
+            parts = [
+                checkpoint(_logsumexp_rows, chunk, table, use_reentrant=False) if torch.is_grad_enabled() else
+                _logsumexp_rows(chunk, table)
+                for chunk in hidden.split(LOGIT_CHUNK_ROWS)
+            ]
+            loss_sum = (torch.cat(parts) - positive).sum()
+        else:
+            negatives = torch.randint(1, self.model.n_items + 1, (self.config.n_negatives,), device=window.device,
+                                      generator=self.generator)
+            negative_logits = (hidden @ table[negatives - 1].t()).float()  # [N, k]
+            negative_logits = negative_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
+            logits = torch.cat([positive[:, None], negative_logits], dim=1)
+            loss_sum = F.cross_entropy(logits, torch.zeros_like(targets), reduction="sum")
+        return loss_sum, int(trained.sum())
 
 
 @torch.no_grad()
 def evaluate(model: SequentialRecommender, dataset: ProcessedDataset, cases: np.ndarray, config: TrainConfig,
-             device: torch.device, description: str = "eval") -> dict[str, float]:
-    """Full-ranking metrics of ``cases`` (user, position) rows, batched on ``device``."""
+             device: torch.device, description: str = "eval", world: World = World()) -> dict[str, float]:
+    """Full-ranking metrics of ``cases`` (user, position) rows, batched on ``device``; in a data-parallel
+    world every rank ranks its share of the cases and the metric sums and counts are added up."""
     model.eval()
     means = MetricMeans()
-    batches = range(0, len(cases), config.eval_batch_size)
-    for start in tqdm(batches, desc=description, leave=False, disable=not config.progress):
-        histories, targets = evaluation_batch(dataset, cases[start : start + config.eval_batch_size], config.max_len)
+    own_cases = world.share(cases)
+    batches = range(0, len(own_cases), config.eval_batch_size)
+    for start in tqdm(batches, desc=description, leave=False, disable=not (config.progress and world.is_main)):
+        histories, targets = evaluation_batch(dataset, own_cases[start : start + config.eval_batch_size],
+                                              config.max_len)
         hidden = model.encode(torch.from_numpy(histories).to(device))[:, -1]  # [C, d]
         scores = model.score_all(hidden).float()  # [C, I]
         means.add(rank_metrics(scores, torch.from_numpy(targets - 1).to(device)))
+    if world.distributed:
+        totals = world.sum([means.sums[name] for name in METRIC_NAMES] + [means.count], device)
+        means = MetricMeans()
+        means.add_sums(dict(zip(METRIC_NAMES, totals[:-1])), int(totals[-1]))
     return means.means()
 
 
@@ -140,69 +169,147 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _fresh_progress() -> dict:
+    """Loop state of a run that has not trained yet (also the layout of a checkpoint's "progress")."""
+    return {"epoch": 0, "next_batch": 0, "order": None, "best_valid_auc": -math.inf, "best_epoch": -1,
+            "best_state": None, "history": [], "train_seconds": 0.0, "trained_tokens": 0, "wall_seconds": 0.0,
+            "epoch_loss_count": 0}
+
+
 def fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig,
-        on_epoch: Callable[[int, dict], None] | None = None) -> dict:
+        on_epoch: Callable[[int, dict], None] | None = None, checkpoint_path: Path | None = None,
+        resume: bool = False, world: World = World()) -> dict:
     """Train ``backbone`` on ``dataset`` and return validation and test metrics plus cost figures.
 
     ``on_epoch(epoch, metrics)`` is called after every epoch with train_loss and valid_* metrics.
+    With ``checkpoint_path``, a checkpoint is written after every epoch but the last and when Ctrl-C or
+    SIGTERM stops training (then KeyboardInterrupt is raised); ``resume`` continues from that file and
+    reaches the same result as an uninterrupted run. In a data-parallel ``world`` (torchrun), each
+    rank trains on its share of every global batch of ``config.batch_size`` windows and rank 0 writes
+    the checkpoint.
     """
     config.validate()
-    device = resolve_device(config.device)
+    if config.batch_size < world.size:
+        raise ValueError(f"option --batch-size: {config.batch_size} windows cannot be shared by {world.size} processes")
+    device = world.device(resolve_device(config.device))
     set_seed(config.seed)
     model = build_model(dataset, backbone, config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     windows = torch.from_numpy(training_windows(dataset, config.max_len))  # [U', T + 1]
     if not len(windows):
         raise ValueError(f"{dataset.name}: no user has two training interactions")
-    shuffler = torch.Generator().manual_seed(config.seed)
-    sampler = torch.Generator(device=device).manual_seed(config.seed)
+    targets_per_window = ((windows[:, :-1] > 0) & (windows[:, 1:] > 0)).sum(1)  # [U']
+    generators = {"shuffler": torch.Generator().manual_seed(config.seed),
+                  "sampler": torch.Generator(device=device).manual_seed(config.seed)}
+    progress = _fresh_progress()
+    if resume:
+        progress = _restore(checkpoint_path, config, world, model, optimizer, generators)
+    objective = NextItemObjective(model, config, generators["sampler"])
+    trainer = (DistributedDataParallel(objective, device_ids=[device] if device.type == "cuda" else None)
+               if world.distributed else objective)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
-    best = {"valid_auc": -math.inf, "epoch": -1, "state": None}
-    train_seconds, trained_tokens, history = 0.0, 0, []
-    wall_start = time.perf_counter()
-    for epoch in range(config.epochs):
-        model.train()
-        order = torch.randperm(len(windows), generator=shuffler)
-        batches = order.split(config.batch_size)
-        progress = tqdm(batches, desc=f"{backbone} epoch {epoch + 1}/{config.epochs}", leave=False,
-                        disable=not config.progress)
-        loss_sum, loss_count = 0.0, 0
-        epoch_start = time.perf_counter()
-        for index in progress:
+    wall_start = time.perf_counter() - progress["wall_seconds"]
+
+    def save(epoch_loss_sum: float) -> None:
+        per_rank = world.gather_objects({"rng": capture_rng(generators), "epoch_loss_sum": epoch_loss_sum})
+        if checkpoint_path is not None and world.is_main:
+            save_atomically({"format": CHECKPOINT_FORMAT, "config": config.identity(), "world_size": world.size,
+                             "model": model.state_dict(), "optimizer": optimizer.state_dict(), "per_rank": per_rank,
+                             "progress": {**progress, "wall_seconds": time.perf_counter() - wall_start}},
+                            checkpoint_path)
+        world.barrier()
+
+    with StopRequest() as stop:
+        epoch_loss_sum = progress.pop("epoch_loss_sum", 0.0)
+        while progress["epoch"] < config.epochs:
+            epoch = progress["epoch"]
+            model.train()
+            if progress["order"] is None:
+                progress["order"] = torch.randperm(len(windows), generator=generators["shuffler"])
+            batches = progress["order"].split(config.batch_size)
+            shown = tqdm(total=len(batches), initial=progress["next_batch"], desc=f"{backbone} epoch {epoch + 1}/{config.epochs}",
+                         leave=False, disable=not (config.progress and world.is_main))
+            epoch_start = time.perf_counter()
+            for batch_index in range(progress["next_batch"], len(batches)):
+                if world.any(stop.requested, device):
+                    progress["next_batch"] = batch_index
+                    progress["train_seconds"] += time.perf_counter() - epoch_start
+                    save(epoch_loss_sum)
+                    raise KeyboardInterrupt(f"training stopped at epoch {epoch + 1}, batch {batch_index}")
+                index = batches[batch_index]
+                own, weight = world.share(index), 1.0
+                if not len(own):  # fewer windows than processes: train on one with weight 0 to keep in step
+                    own, weight = index[:1], 0.0
+                batch_targets = int(targets_per_window[index].sum())
+                with autocast:
+                    loss_sum, own_targets = trainer(windows[own].to(device))
+                optimizer.zero_grad(set_to_none=True)
+                # DistributedDataParallel averages gradients over ranks: scale so they add up to the global mean
+                (loss_sum * (weight * world.size / batch_targets)).backward()
+                optimizer.step()
+                epoch_loss_sum += float(loss_sum.detach()) * weight
+                progress["epoch_loss_count"] += batch_targets
+                shown.update()
+                shown.set_postfix(loss=f"{float(loss_sum.detach()) / max(own_targets, 1):.4f}")
+                stop.count_batch()
+            shown.close()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            progress["train_seconds"] += time.perf_counter() - epoch_start
+            progress["trained_tokens"] += progress["epoch_loss_count"]
+            loss_total = world.sum([epoch_loss_sum], device)[0]
             with autocast:
-                loss, n_tokens = next_item_loss(model, windows[index].to(device), config, sampler)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            loss_sum += float(loss.detach()) * n_tokens
-            loss_count += n_tokens
-            progress.set_postfix(loss=f"{float(loss.detach()):.4f}")
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        train_seconds += time.perf_counter() - epoch_start
-        trained_tokens += loss_count
-        with autocast:
-            valid = evaluate(model, dataset, dataset.valid_cases, config, device, f"{backbone} valid")
-        metrics = {"train_loss": loss_sum / max(loss_count, 1), **{f"valid_{k}": v for k, v in valid.items()}}
-        history.append(metrics)
-        if on_epoch:
-            on_epoch(epoch, metrics)
-        if metrics["valid_auc"] > best["valid_auc"]:
-            best = {"valid_auc": metrics["valid_auc"], "epoch": epoch, "state": copy.deepcopy(model.state_dict())}
-        elif epoch - best["epoch"] >= config.patience:
-            break
-    model.load_state_dict(best["state"])
+                valid = evaluate(model, dataset, dataset.valid_cases, config, device, f"{backbone} valid", world)
+            metrics = {"train_loss": loss_total / max(progress["epoch_loss_count"], 1),
+                       **{f"valid_{k}": v for k, v in valid.items()}}
+            progress["history"].append(metrics)
+            if on_epoch:
+                on_epoch(epoch, metrics)
+            improved = metrics["valid_auc"] > progress["best_valid_auc"]
+            if improved:
+                progress.update(best_valid_auc=metrics["valid_auc"], best_epoch=epoch,
+                                best_state=copy.deepcopy(model.state_dict()))
+            progress.update(epoch=epoch + 1, next_batch=0, order=None, epoch_loss_count=0)
+            epoch_loss_sum = 0.0
+            if not improved and epoch - progress["best_epoch"] >= config.patience:
+                break
+            if progress["epoch"] < config.epochs:
+                save(epoch_loss_sum)
+    model.load_state_dict(progress["best_state"])
     with autocast:
-        test = evaluate(model, dataset, dataset.test_cases, config, device, f"{backbone} test")
+        test = evaluate(model, dataset, dataset.test_cases, config, device, f"{backbone} test", world)
+    history, best_epoch = progress["history"], progress["best_epoch"]
     return {
         "model": model,
-        "best_epoch": best["epoch"] + 1,
+        "best_epoch": best_epoch + 1,
         "epochs_run": len(history),
         "history": history,
-        "valid": {k.removeprefix("valid_"): v for k, v in history[best["epoch"]].items() if k.startswith("valid_")},
+        "valid": {k.removeprefix("valid_"): v for k, v in history[best_epoch].items() if k.startswith("valid_")},
         "test": test,
-        "train_tokens_per_s": trained_tokens / max(train_seconds, 1e-9),
+        "train_tokens_per_s": progress["trained_tokens"] / max(progress["train_seconds"], 1e-9),
         "peak_memory_mb": peak_memory_mb(device),
         "wall_seconds": time.perf_counter() - wall_start,
         "n_parameters": sum(p.numel() for p in model.parameters()),
     }
+
+
+def _restore(path: Path | None, config: TrainConfig, world: World, model: SequentialRecommender,
+             optimizer: torch.optim.Optimizer, generators: dict[str, torch.Generator]) -> dict:
+    """Load ``path`` into the model, optimizer and generators; returns the saved loop progress."""
+    if path is None:
+        raise ValueError("option --resume: no checkpoint file given")
+    state = load(path)
+    if state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"checkpoint {path}: not a prism-rec training checkpoint (format {state.get('format')!r})")
+    if state["config"] != config.identity():
+        changed = sorted(k for k in {**state["config"], **config.identity()}
+                         if state["config"].get(k) != config.identity().get(k))
+        raise ValueError(f"checkpoint {path}: written with other settings ({', '.join(changed)})")
+    if state["world_size"] != world.size:
+        raise ValueError(f"checkpoint {path}: written by {state['world_size']} processes; "
+                         f"resume with NPROC={state['world_size']} (this run has {world.size})")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    own = state["per_rank"][world.rank]
+    restore_rng(own["rng"], generators)
+    return {**state["progress"], "epoch_loss_sum": own["epoch_loss_sum"]}
