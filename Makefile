@@ -11,8 +11,27 @@ MODELS ?= sasrec,gated_deltanet,prism
 SEEDS ?= 1
 EPOCHS ?= 50
 ARGS ?=
+# RESUME=1 continues the newest interrupted benchmark with the same settings (prism-rec bench --resume).
+RESUME ?= 0
+# NPROC=N trains data-parallel in N processes through torchrun; TORCHRUN_ARGS replaces --standalone
+# for several machines (--nnodes, --node-rank, --rdzv-backend, --rdzv-endpoint, --rdzv-id).
+NPROC ?=
+TORCHRUN_ARGS ?= --standalone
 
-.PHONY: install bench test tables ui data list
+ifneq ($(filter-out 0 1,$(RESUME)),)
+$(error RESUME must be 0 or 1, got '$(RESUME)')
+endif
+ifneq ($(NPROC),)
+ifneq ($(shell echo '$(NPROC)' | grep -Ex '[1-9][0-9]*'),$(NPROC))
+$(error NPROC must be a positive number of processes, got '$(NPROC)')
+endif
+endif
+
+BENCH_ARGS = --dataset $(DATASET) --models $(MODELS) --seeds $(SEEDS) --epochs $(EPOCHS) \
+	$(if $(filter 1,$(RESUME)),--resume) $(ARGS)
+BENCH_LAUNCHER = $(if $(NPROC),$(BIN)/torchrun $(TORCHRUN_ARGS) --nproc-per-node=$(NPROC) -m prism_rec.cli,$(BIN)/prism-rec)
+
+.PHONY: install bench test test-ui tables ui data list
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,10 +43,14 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 bench: install
-	$(BIN)/prism-rec bench --dataset $(DATASET) --models $(MODELS) --seeds $(SEEDS) --epochs $(EPOCHS) $(ARGS)
+	$(BENCH_LAUNCHER) bench $(BENCH_ARGS)
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --ignore=tests/ui
+
+# Headless-browser check of the MLflow UI (needs Debian's chromium); screenshot in build/ui/.
+test-ui: install
+	PRISM_REC_TEST_UI=1 $(BIN)/python -m pytest -q tests/ui
 
 tables: install
 	$(BIN)/prism-rec tables

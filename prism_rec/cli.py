@@ -62,7 +62,8 @@ def command_bench(args) -> None:
     data_options = {"raw_dir": args.raw_dir, "split": args.split,
                     "min_user_interactions": args.min_user_interactions,
                     "min_item_interactions": args.min_item_interactions}
-    bench(args.dataset, models, parse_seeds(args.seeds), config, data_options, args.results_dir)
+    bench(args.dataset, models, parse_seeds(args.seeds), config, data_options, args.results_dir,
+          resume=args.resume, checkpoint_dir=args.checkpoint_dir)
 
 
 def command_tables(args) -> None:
@@ -82,6 +83,7 @@ def command_ui(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .checkpoint import CHECKPOINT_DIR
     from .data import commands as data_commands
     from .tables import RESULTS_DIR
 
@@ -120,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="backbone option, e.g. --option L=2 (repeatable)")
     bench.add_argument("--results-dir", default=RESULTS_DIR)
     bench.add_argument("--no-progress", action="store_true")
+    bench.add_argument("--resume", action="store_true",
+                       help="continue the newest interrupted (KILLED) benchmark with the same settings")
+    bench.add_argument("--checkpoint-dir", default=CHECKPOINT_DIR,
+                       help="where interrupted runs keep their checkpoints (default checkpoints/)")
     bench.set_defaults(func=command_bench)
 
     tables = commands.add_parser("tables", help="rebuild results/<dataset>/auc.md from the MLflow store")

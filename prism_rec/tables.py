@@ -1,4 +1,4 @@
-"""AUC tables: one row per model, mean ± std over seeds, from the runs in the MLflow store."""
+"""AUC tables and chart: one row (bar) per model, mean ± std over seeds, from the runs in the MLflow store."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .metrics import METRIC_NAMES
+from .plots import auc_bar_chart
 from .tracking import PROJECT_ROOT, experiment_id
 
 RESULTS_DIR = PROJECT_ROOT / "results"
@@ -60,8 +61,8 @@ def markdown_table(summary: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def write_tables(dataset: str, results_dir: Path = RESULTS_DIR) -> tuple[Path, Path]:
-    """Write results/<dataset>/auc.md and auc.csv from the store; returns their paths."""
+def write_tables(dataset: str, results_dir: Path = RESULTS_DIR) -> tuple[Path, Path, Path]:
+    """Write results/<dataset>/auc.md, auc.csv and the bar chart auc.png from the store; returns their paths."""
     runs = finished_child_runs(dataset)
     if runs.empty:
         raise ValueError(f"no finished runs for dataset {dataset!r} in the tracking store")
@@ -88,7 +89,8 @@ def write_tables(dataset: str, results_dir: Path = RESULTS_DIR) -> tuple[Path, P
     markdown_path, csv_path = folder / "auc.md", folder / "auc.csv"
     _write_atomically(markdown_path, "\n".join(lines) + "\n")
     _write_atomically(csv_path, summary.to_csv(index=False, float_format="%.6f"))
-    return markdown_path, csv_path
+    chart_path = auc_bar_chart(summary, f"{dataset}: full-ranking test AUC", folder / "auc.png")
+    return markdown_path, csv_path, chart_path
 
 
 def _write_atomically(path: Path, text: str) -> None:

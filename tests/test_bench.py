@@ -1,7 +1,6 @@
 """End to end: `prism-rec bench` on the embedded ml-100k with a tiny config, MLflow store and tables."""
 
-import subprocess
-import sys
+import json
 
 import mlflow
 import pytest
@@ -10,23 +9,8 @@ from prism_rec.cli import main
 from prism_rec.data.sources import load_dataset
 from prism_rec.train import TrainConfig, fit
 
-TINY = ["--epochs", "2", "--d-model", "16", "--max-len", "8", "--batch-size", "256", "--eval-batch-size", "1024",
-        "--no-progress"]
 
-
-@pytest.fixture
-def store(tmp_path, monkeypatch):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    mlflow.set_tracking_uri(uri)
-    return tmp_path
-
-
-def run_cli(*args, check=True):
-    return subprocess.run([sys.executable, "-m", "prism_rec.cli", *args], capture_output=True, text=True, check=check)
-
-
-def test_same_seed_same_metrics_on_cpu():
+def test_same_seed_same_metrics_on_cpu(one_torch_thread):
     dataset = load_dataset("ml-100k")
     config = TrainConfig(epochs=1, d_model=16, max_len=8, batch_size=256, eval_batch_size=1024, progress=False,
                          device="cpu")
@@ -36,9 +20,9 @@ def test_same_seed_same_metrics_on_cpu():
     assert other_seed["test"] != first["test"]
 
 
-def test_bench_logs_runs_and_writes_table(store):
+def test_bench_logs_runs_and_writes_table(store, tiny, run_cli):
     result = run_cli("bench", "--dataset", "ml-100k", "--models", "sasrec", "--seeds", "2",
-                     "--results-dir", str(store / "results"), *TINY)
+                     "--results-dir", str(store / "results"), *tiny)
     assert "AUC table written to" in result.stdout
     table = (store / "results" / "ml-100k" / "auc.md").read_text()
     assert "| sasrec |" in table and "Produced by:" in table
@@ -51,16 +35,24 @@ def test_bench_logs_runs_and_writes_table(store):
     assert children["metrics.test_auc"].between(0, 1).all()
     history = mlflow.MlflowClient().get_metric_history(children["run_id"].iloc[0], "valid_auc")
     assert [m.step for m in history] == [0, 1]
-    for tag in ("git_commit", "torch_version", "device", "dataset"):
+    for tag in ("git_commit", "torch_version", "device", "dataset", "model", "seed", "config_hash"):
         assert children[f"tags.{tag}"].notna().all()
+    client = mlflow.MlflowClient()
+    for run_id in children["run_id"]:
+        assert {a.path for a in client.list_artifacts(run_id)} == {"config.json", "learning_curve.png"}
+        config = json.loads(open(client.download_artifacts(run_id, "config.json", str(store))).read())
+        assert config["model"] == "sasrec" and config["train"]["d_model"] == 16
+    parent_id = runs.loc[runs["tags.prism_rec_role"] == "parent", "run_id"].iloc[0]
+    assert {a.path for a in client.list_artifacts(parent_id)} == {"auc.md", "auc.csv", "auc.png"}
+    assert (store / "results" / "ml-100k" / "auc.png").read_bytes().startswith(b"\x89PNG")
 
     rebuilt = run_cli("tables", "--results-dir", str(store / "rebuilt"))
     assert "ml-100k" in rebuilt.stdout
     assert (store / "rebuilt" / "ml-100k" / "auc.csv").read_text() == (store / "results" / "ml-100k" / "auc.csv").read_text()
 
 
-def test_failing_backbone_marks_run_failed_and_exits_nonzero(store):
-    result = run_cli("bench", "--models", "sasrec", "--n-heads", "3", "--results-dir", str(store / "r"), *TINY,
+def test_failing_backbone_marks_run_failed_and_exits_nonzero(store, tiny, run_cli):
+    result = run_cli("bench", "--models", "sasrec", "--n-heads", "3", "--results-dir", str(store / "r"), *tiny,
                      check=False)
     assert result.returncode != 0 and "not divisible" in result.stderr
     runs = mlflow.search_runs(experiment_names=["ml-100k"])

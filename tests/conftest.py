@@ -1,0 +1,104 @@
+"""Fixtures of the end-to-end benchmark tests: a throwaway MLflow store, the tiny config, the CLI, and an
+MLflow server over a tiny bench (on a free loopback port, stopped by its process id whatever happens)."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import mlflow
+import pytest
+import torch
+
+from prism_rec.cli import main
+
+TINY_BENCH_ARGS = ["--epochs", "2", "--d-model", "16", "--max-len", "8", "--batch-size", "256",
+                   "--eval-batch-size", "1024", "--no-progress"]
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """A temporary sqlite MLflow store, used by this process and by the subprocesses it starts."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    return tmp_path
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """`prism-rec bench` options of a run that takes seconds on ml-100k, checkpoints kept in tmp_path."""
+    return [*TINY_BENCH_ARGS, "--checkpoint-dir", str(tmp_path / "checkpoints")]
+
+
+@pytest.fixture
+def run_cli():
+    """Runs `python -m prism_rec.cli ARGS` in a subprocess (one torch thread); returns the CompletedProcess."""
+
+    def run(*args, check=True, env=None):
+        environment = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+        return subprocess.run([sys.executable, "-m", "prism_rec.cli", *map(str, args)], capture_output=True,
+                              text=True, check=check, env=environment)
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Train in this process on one thread, like the subprocesses (OMP_NUM_THREADS=1): equal float
+    reductions, and no thread contention on the shared CI cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+STARTUP_SECONDS = 90
+
+
+def free_loopback_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    """SIGTERM to the server's process group (it was started in its own session), SIGKILL after 10 s."""
+    if server.poll() is None:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
+
+
+@pytest.fixture
+def mlflow_server(store, tiny, one_torch_thread):
+    """A tiny bench of two seeds in ``store``, then `mlflow server` over it: yields its base URL."""
+    main(["bench", "--models", "sasrec", "--seeds", "2", "--epochs", "1", "--device", "cpu",
+          "--results-dir", str(store / "results"), *tiny])
+    port = free_loopback_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", os.environ["MLFLOW_TRACKING_URI"],
+         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=open(store / "server.log", "w"), start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2).read()
+                break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"mlflow server did not come up: {(store / 'server.log').read_text()[-2000:]}")
+                time.sleep(0.5)
+        yield url
+    finally:
+        stop_server(server)
+    assert server.returncode is not None
