@@ -1,0 +1,80 @@
+"""`python -m prism_rec.throughput` end to end in its tiny CPU configuration: report, plot, MLflow runs,
+over-time and out-of-memory cases, option errors."""
+
+from pathlib import Path
+
+import mlflow
+import pytest
+import torch
+
+from prism_rec import throughput
+
+TINY = ["--config", "tiny", "--device", "cpu"]
+
+
+def test_tiny_run_writes_report_plot_and_mlflow_runs(tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    throughput.main([*TINY, "--models", "sasrec,gated_deltanet", "--results-dir", str(tmp_path), "--mlflow", "on"])
+
+    report = (tmp_path / "throughput-tiny.md").read_text()
+    assert "Produced by: `prism-rec throughput --models sasrec,gated_deltanet --config tiny" in report
+    for row in ("| sasrec | 2 x 16 |", "| gated_deltanet | 2 x 16 |", "| sasrec | 2 x 8 |"):
+        assert row in report
+    assert "tok/s" in report and "Logged to MLflow" in report
+    assert "PRISM (L = 3) vs Gated DeltaNet: not measured" in report
+    assert "gated_deltanet: tokens/s at 64 within 10% of its 32 figure" in report
+    assert (tmp_path / "throughput-tiny.png").read_bytes().startswith(b"\x89PNG")
+
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["throughput"])
+    assert sorted(runs["tags.mlflow.runName"]) == ["gated_deltanet lm-tiny", "gated_deltanet recsys-tiny",
+                                                 "sasrec lm-tiny", "sasrec recsys-tiny"]
+    run_id = runs.loc[runs["tags.mlflow.runName"] == "sasrec lm-tiny", "run_id"].iloc[0]
+    history = mlflow.MlflowClient().get_metric_history(run_id, "tokens_per_s")
+    assert [metric.step for metric in history] == [32, 64] and all(metric.value > 0 for metric in history)
+    assert runs["tags.torch_version"].notna().all()
+
+
+def tiny_configuration(**changes) -> throughput.Configuration:
+    return throughput.Configuration(**{**throughput.CONFIGURATIONS["tiny"].__dict__, **changes})
+
+
+def test_over_time_case_gives_a_bound_and_skips_longer_lengths(tmp_path):
+    results = throughput.run(["sasrec"], tiny_configuration(warmup=2, case_budget_s=1e-9), torch.device("cpu"), tmp_path,
+                             "off", None, "test")
+    first, longer = results[0].cases
+    assert first.status == "over time" and first.step_s > 0 and first.steps == 0 and first.tokens_per_s > 0
+    assert longer.status == "over time" and longer.detail == "skipped: over time at length 32"
+    assert "over time (~" in (tmp_path / "throughput-tiny.md").read_text()
+
+
+def test_out_of_memory_is_marked_and_the_run_continues(tmp_path, monkeypatch):
+    measure = throughput.measure_steps
+
+    def short_of_memory_at_32(model, optimizer, case, *args):
+        if case.length == 32:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return measure(model, optimizer, case, *args)
+
+    monkeypatch.setattr(throughput, "measure_steps", short_of_memory_at_32)
+    results = throughput.run(["sasrec"], tiny_configuration(steps=1), torch.device("cpu"), tmp_path, "off", None,
+                             "test")
+    assert [case.status for entry in results for case in entry.cases] == ["out of memory", "ok", "ok"]
+    assert "| out of memory |" in (tmp_path / "throughput-tiny.md").read_text()
+
+
+def test_spent_total_budget_marks_cases_not_run(tmp_path):
+    results = throughput.run(["sasrec"], tiny_configuration(), torch.device("cpu"), tmp_path, "off", 1e-9, "test")
+    assert {case.status for entry in results for case in entry.cases} == {"not run"}
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--models", "no-such-model"], "option --models"),
+    (["--steps", "0"], "option --steps"),
+    (["--total-budget", "0"], "option --total-budget"),
+])
+def test_option_errors_name_the_option(arguments, message, tmp_path):
+    with pytest.raises(SystemExit, match=message):
+        throughput.main([*TINY, "--results-dir", str(tmp_path), "--mlflow", "off", *arguments])
+    assert not Path(tmp_path / "throughput-tiny.md").exists()
