@@ -11,6 +11,8 @@ MODELS ?= sasrec,gated_deltanet,prism
 SEEDS ?= 1
 EPOCHS ?= 50
 ARGS ?=
+PROBE_ARGS ?=
+THROUGHPUT_ARGS ?=
 # RESUME=1 continues the newest interrupted benchmark with the same settings (prism-rec bench --resume).
 RESUME ?= 0
 # NPROC=N trains data-parallel in N processes through torchrun; TORCHRUN_ARGS replaces --standalone
@@ -31,7 +33,7 @@ BENCH_ARGS = --dataset $(DATASET) --models $(MODELS) --seeds $(SEEDS) --epochs $
 	$(if $(filter 1,$(RESUME)),--resume) $(ARGS)
 BENCH_LAUNCHER = $(if $(NPROC),$(BIN)/torchrun $(TORCHRUN_ARGS) --nproc-per-node=$(NPROC) -m prism_rec.cli,$(BIN)/prism-rec)
 
-.PHONY: install bench test test-ui tables ui data list
+.PHONY: install bench test test-ui tables ui data list probe throughput
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,3 +66,11 @@ data: install
 
 list: install
 	$(BIN)/prism-rec list --params
+
+# Mechanistic probes (paper Table 4); PROBE_ARGS e.g. "--tasks parity --models prism:L=2 --steps 10000".
+probe: install
+	$(BIN)/prism-rec probe $(PROBE_ARGS)
+
+# Training tokens/s and peak memory of every backbone (tiny configuration on CPU, paper shapes on CUDA).
+throughput: install
+	$(BIN)/prism-rec throughput $(THROUGHPUT_ARGS)

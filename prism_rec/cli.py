@@ -1,4 +1,4 @@
-"""The ``prism-rec`` command line: list, bench, tables, ui, data."""
+"""The ``prism-rec`` command line: list, bench, tables, ui, data, probe, throughput."""
 
 from __future__ import annotations
 
@@ -85,6 +85,8 @@ def command_ui(args) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from .checkpoint import CHECKPOINT_DIR
     from .data import commands as data_commands
+    from . import throughput
+    from .probes import cli as probe_commands
     from .tables import RESULTS_DIR
 
     parser = argparse.ArgumentParser(prog="prism-rec", description=__doc__)
@@ -138,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     ui.set_defaults(func=command_ui)
 
     data_commands.add_parser(commands)
+    probe_commands.add_parser(commands)
+    throughput.add_parser(commands)
     return parser
 
 
