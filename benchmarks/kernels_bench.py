@@ -15,7 +15,6 @@ import argparse
 import datetime
 import importlib
 import multiprocessing
-import os
 import platform
 import sys
 import time
@@ -176,7 +175,7 @@ def main():
     parser.add_argument("--workers", type=int, default=12)
     parser.add_argument("--fla", action="store_true", help="also time fla-core (needs it importable)")
     parser.add_argument("--fla-bypass", action="store_true", help="time fla's backward with its Hopper guard lifted")
-    parser.add_argument("--chunk-sizes", default="", help="comma list: also time these Triton chunk sizes")
+    parser.add_argument("--chunk-sizes", default="", help="comma list: also time these Triton chunk sizes (first shape, L=0 and L=3)")
     parser.add_argument("--shapes", default="", help="indices into the shape list, comma separated")
     args = parser.parse_args()
     started = time.time()

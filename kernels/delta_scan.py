@@ -1,6 +1,6 @@
 """Public entry point: one scan for linear attention, SSD, Gated DeltaNet and PRISM's rank-L write."""
 
-import torch
+import os
 
 from .chunk import chunk_delta_scan
 from .naive import naive_delta_scan
@@ -37,6 +37,8 @@ def _validate(q, k, v, g, beta, extra_k, extra_v, initial_state, backend):
         _check_shape("extra_v", extra_v, (B, T, H, L, V), "[B, T, H, L, V]")
     if initial_state is not None:
         _check_shape("initial_state", initial_state, (B, H, K, V), "[B, H, K, V]")
+    if backend == "triton" and not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError("backend 'triton' needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors)")
     for name, tensor in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("extra_k", extra_k), ("extra_v", extra_v), ("initial_state", initial_state)):
         if tensor is not None and not tensor.is_floating_point():
             raise ValueError(f"{name} must be a floating-point tensor, got {tensor.dtype}")

@@ -111,6 +111,14 @@ def test_shape_errors_name_the_argument(name, bad_shape, message):
         delta_scan(**inputs)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs CPU tensors with no CUDA device")
+def test_triton_on_cpu_without_interpreter_is_rejected(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    inputs = {n: None if x is None else x.detach() for n, x in make_inputs(T=5, L=0, with_beta=True, with_initial_state=False, **SHAPE).items()}
+    with pytest.raises(ValueError, match="CUDA"):
+        delta_scan(**inputs, backend="triton")
+
+
 def test_unknown_backend_and_lonely_extra_are_rejected():
     inputs = {n: None if x is None else x.detach() for n, x in make_inputs(T=5, L=1, with_beta=True, with_initial_state=False, **SHAPE).items()}
     with pytest.raises(ValueError, match="backend"):
