@@ -1,5 +1,6 @@
 """Public entry point: one scan for linear attention, SSD, Gated DeltaNet and PRISM's rank-L write."""
 
+import importlib.util
 import os
 
 from .chunk import chunk_delta_scan
@@ -19,6 +20,8 @@ def _validate(q, k, v, g, beta, extra_k, extra_v, initial_state, backend):
     if q.dim() != 4:
         raise ValueError(f"q must have shape [B, T, H, K], got {tuple(q.shape)}")
     B, T, H, K = q.shape
+    if T < 1:
+        raise ValueError(f"q must hold at least one token (T >= 1), got shape {tuple(q.shape)}")
     _check_shape("k", k, (B, T, H, K), "[B, T, H, K] like q")
     if v.dim() != 4:
         raise ValueError(f"v must have shape [B, T, H, V], got {tuple(v.shape)}")
@@ -59,13 +62,13 @@ def delta_scan(q, k, v, g, beta=None, extra_k=None, extra_v=None, scale=None, in
     extra_k: [B, T, H, L, K] and extra_v: [B, T, H, L, V] or None; initial_state: [B, H, K, V] or None.
     scale defaults to K ** -0.5. Returns (o [B, T, H, V] in v's dtype, final state [B, H, K, V] fp32
     or None). backend: "naive" (per-token loop), "torch" (chunked PyTorch), "triton" (fused kernels),
-    "auto" (triton on CUDA, torch elsewhere).
+    "auto" (triton on CUDA when installed, torch elsewhere).
     """
     _validate(q, k, v, g, beta, extra_k, extra_v, initial_state, backend)
     if scale is None:
         scale = q.shape[-1] ** -0.5
     if backend == "auto":
-        backend = "triton" if q.is_cuda else "torch"
+        backend = "triton" if q.is_cuda and importlib.util.find_spec("triton") is not None else "torch"
     if backend == "naive":
         o, final_state = naive_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state)
     elif backend == "torch":
