@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import io
-import multiprocessing
 import time
-import traceback
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 
 import torch
 
+from ..jobs import run_jobs
 from ..tracking import experiment_id, git_commit, machine_description
 from ..train import resolve_device
 from .report import (CHECKPOINTS_NAME, MANIFEST_NAME, entry_identity, load_manifest, run_identity, save_manifest,
@@ -29,18 +27,6 @@ from .settings import ProbeSettings, settings_for
 from .train import ProbeJob, train_probe
 
 EXPERIMENT = "probes"
-
-
-def _limit_threads(threads: int) -> None:
-    torch.set_num_threads(threads)
-
-
-def _run_job(job: ProbeJob) -> dict:
-    """Worker entry: never raises, so one crashing backbone leaves the others running."""
-    try:
-        return train_probe(job)
-    except Exception as error:  # reported in the summary and the table's unfinished list
-        return {"status": "failed", "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
 
 
 def _load_checkpoints(out_dir: Path) -> dict[str, bytes]:
@@ -148,30 +134,9 @@ def run_probes(tasks: list[str], models: list[str], seeds: list[int], profile: s
         else:
             print(f"{label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
 
-    if workers == 1:
-        for index, job in enumerate(pending):
-            if time.time() >= deadline:
-                unfinished += [f"{j.task}/{j.model}/s{j.seed}" for j in pending[index:]]
-                counts["not started"] = len(pending) - index
-                break
-            record(job, _run_job(job))
-    else:
-        threads = max(1, (multiprocessing.cpu_count()) // workers)
-        context = multiprocessing.get_context("spawn")
-        queue = list(reversed(pending))
-        in_flight: dict[Future, ProbeJob] = {}
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_limit_threads, initargs=(threads,)) as pool:
-            while queue or in_flight:
-                while queue and len(in_flight) < workers and time.time() < deadline:
-                    job = queue.pop()
-                    in_flight[pool.submit(_run_job, job)] = job
-                if not in_flight:
-                    break
-                done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
-                for future in done:
-                    record(in_flight.pop(future), future.result())
-        counts["not started"] = len(queue)
-        unfinished += [f"{j.task}/{j.model}/s{j.seed}" for j in reversed(queue)]
+    not_started = run_jobs(pending, train_probe, workers, deadline, record)
+    counts["not started"] = len(not_started)
+    unfinished += [f"{j.task}/{j.model}/s{j.seed}" for j in not_started]
     table = write_results_table(out_dir, tasks, models, seeds, settings_by_task, profile, command, unfinished)
     print(table.read_text(), flush=True)
     print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)

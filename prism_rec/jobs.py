@@ -1,0 +1,118 @@
+"""Run many independent jobs in worker processes sharing one device, within a wall-clock deadline.
+
+Each worker is a spawned process that runs one job at a time and is fed the next as soon as it is free,
+so jobs start in the order given. No job starts after the deadline. At the deadline, in-flight jobs either
+run on to their end (``abandon_at_deadline=False``: the probes pause themselves there) or are terminated
+and reported as abandoned (``abandon_at_deadline=True``). A job that raises, or whose worker dies, is
+reported as failed; the other workers carry on. With one worker, jobs run in this process, one after
+another, and the one in hand always finishes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable
+
+FAILED = "failed"
+ABANDONED = "abandoned"
+POLL_SECONDS = 1.0
+
+
+def failure(error: BaseException) -> dict:
+    """The result of a job that raised: status "failed", the error in one line and its traceback."""
+    return {"status": FAILED, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
+
+
+def _call(work: Callable[[Any], dict], job: Any) -> dict:
+    try:
+        return work(job)
+    except Exception as error:  # one crashing job must not stop the pool
+        return failure(error)
+
+
+def _serve(connection: Connection, work: Callable[[Any], dict], threads: int) -> None:
+    """Worker process: set the thread count, then run the jobs received until None arrives."""
+    import torch
+
+    torch.set_num_threads(threads)
+    while (job := connection.recv()) is not None:
+        connection.send(_call(work, job))
+
+
+@dataclass
+class _Worker:
+    process: multiprocessing.Process
+    connection: Connection
+    job: Any = None
+
+
+def run_jobs(jobs: list, work: Callable[[Any], dict], workers: int, deadline: float,
+             on_result: Callable[[Any, dict], None], abandon_at_deadline: bool = False) -> list:
+    """Run ``work(job)`` for ``jobs`` in order on ``workers`` processes; ``on_result(job, result)`` is
+    called in this process as each one ends (result["status"] is the job's own, "failed" or "abandoned").
+
+    ``work`` must be a module-level function and jobs picklable. ``deadline`` is a ``time.time()``
+    value. Returns the jobs never started.
+    """
+    if workers < 1:
+        raise ValueError(f"option --workers: must be >= 1, got {workers}")
+    queue = list(jobs)
+    if workers == 1:
+        while queue and time.time() < deadline:
+            job = queue.pop(0)
+            on_result(job, _call(work, job))
+        return queue
+    context = multiprocessing.get_context("spawn")
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    pool: list[_Worker] = []
+    for _ in range(min(workers, len(queue))):
+        ours, theirs = context.Pipe()
+        process = context.Process(target=_serve, args=(theirs, work, threads), daemon=True)
+        process.start()
+        theirs.close()
+        pool.append(_Worker(process, ours))
+    try:
+        while True:
+            for worker in pool:
+                if worker.job is None and queue and time.time() < deadline and worker.process.is_alive():
+                    worker.job = queue.pop(0)
+                    worker.connection.send(worker.job)
+            busy = [worker for worker in pool if worker.job is not None]
+            if not busy:
+                return queue
+            if abandon_at_deadline and time.time() >= deadline:
+                for worker in busy:
+                    worker.process.kill()
+                    on_result(worker.job, {"status": ABANDONED})
+                    worker.job = None
+                return queue
+            ready = wait([w.connection for w in busy] + [w.process.sentinel for w in busy], timeout=POLL_SECONDS)
+            for worker in busy:
+                if worker.connection in ready:
+                    try:
+                        result = worker.connection.recv()
+                    except EOFError:  # the worker died while sending
+                        result = {"status": FAILED, "error": "worker process died", "traceback": ""}
+                elif worker.process.sentinel in ready:
+                    result = {"status": FAILED, "traceback": "",
+                              "error": f"worker process died (exit code {worker.process.exitcode})"}
+                else:
+                    continue
+                job, worker.job = worker.job, None
+                on_result(job, result)
+    finally:
+        for worker in pool:
+            if worker.process.is_alive() and worker.job is None:
+                with contextlib.suppress(OSError):
+                    worker.connection.send(None)
+            worker.process.join(timeout=5)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join()
+            worker.connection.close()
