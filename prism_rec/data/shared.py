@@ -1,11 +1,14 @@
 """The real public subsets in ../shared/data (see its README), read in place, never copied.
 
+``PRISM_REC_SHARED_DATA`` names another folder with the same layout (e.g. a copy carried to a GPU machine).
+
 They are already processed by their publishers, so the paper's users >= 40 would empty or gut them; each
 class states its thresholds. Their statistics are in results/datasets.md.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +21,12 @@ from .parsing import ReadContext, decode, iter_lines, path_opener
 from .sources import PROJECT_ROOT, DatasetSource
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
+SHARED_DATA_ENV = "PRISM_REC_SHARED_DATA"
+
+
+def shared_data_root() -> Path:
+    """``$PRISM_REC_SHARED_DATA`` when set, else ../shared/data beside the project."""
+    return Path(os.environ[SHARED_DATA_ENV]) if os.environ.get(SHARED_DATA_ENV) else SHARED_DATA
 
 
 class SharedSubset(DatasetSource):
@@ -25,7 +34,7 @@ class SharedSubset(DatasetSource):
     files: tuple[str, ...] = ()
 
     def default_raw_dir(self) -> Path:
-        return SHARED_DATA / self.folder
+        return shared_data_root() / self.folder
 
     def source_files(self, raw_dir: Path) -> list[Path]:
         paths = [Path(raw_dir) / name for name in self.files]
