@@ -1,0 +1,225 @@
+"""The headline benchmark: every registered backbone on the four real subsets, 3 seeds, on one GPU.
+
+``python -m prism_rec.headline run --out DIR`` trains the (dataset, backbone, seed) grid with N worker
+processes sharing one device. Each finished run is appended to ``DIR/headline.records.jsonl`` (a full
+run record, see records.py) and ``DIR/headline_manifest.jsonl`` (one line: keys, settings hash, final
+metrics, cost). Runs already in that manifest with the same settings are skipped, so a later call over a
+copy of the manifest continues the grid. Jobs go seed-first (seed 0 of every cell, then seed 1, ...) and
+cheapest-first within a seed (the wall time seen earlier for the same cell, else interactions x backbone
+parameters scaled by the times seen). With ``--budget`` seconds no job starts after the deadline and
+jobs still running at it are abandoned, unrecorded.
+
+``import DIR`` logs the records under DIR (a folder or one records file) into the MLflow store;
+``tables`` writes results/<dataset>/auc.md and .csv from the store (tables.py) and results/README.md
+from the manifest (results/headline_manifest.jsonl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import registry
+from .data.sources import load_dataset
+from .jobs import ABANDONED, FAILED, run_jobs
+from .records import RECORDS_SUFFIX, append_jsonl, import_records, make_record, read_jsonl, run_hash
+from .tracking import PROJECT_ROOT, machine_description, provenance_tags
+from .train import TrainConfig, fit, resolve_device
+
+DATASETS = ("yelp-iclrec", "electronics-gerec", "books-dealrec", "movies-fedcsr")
+SEEDS = (0, 1, 2)
+SETTINGS = {"d_model": 64, "n_layers": 2, "n_heads": 2, "dropout": 0.1, "batch_size": 256, "lr": 1e-3,
+            "epochs": 50, "patience": 5}
+LAYERS = {"titans": 1}  # one Titans layer is a memory block plus an attention block
+MANIFEST_NAME = "headline_manifest.jsonl"
+RECORDS_NAME = f"headline{RECORDS_SUFFIX}"
+RESULTS_MANIFEST = PROJECT_ROOT / "results" / MANIFEST_NAME
+
+
+def training_config(dataset: str, model: str, seed: int, device: str, overrides: dict) -> TrainConfig:
+    """The headline settings for one cell: SETTINGS, the dataset's default window, ``overrides`` last."""
+    values = {**SETTINGS, "n_layers": LAYERS.get(model, SETTINGS["n_layers"]),
+              "max_len": registry.get_dataset(dataset).max_len, **overrides}
+    return TrainConfig(**values, seed=seed, device=device, progress=False)
+
+
+@dataclass(frozen=True)
+class HeadlineJob:
+    dataset: str
+    model: str
+    config: TrainConfig
+    run_hash: str
+    command: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.dataset}/{self.model}/s{self.config.seed}"
+
+
+@functools.lru_cache(maxsize=None)
+def _dataset(name: str):
+    return load_dataset(name)
+
+
+def train_cell(job: HeadlineJob) -> dict:
+    """Worker entry: train one cell; returns {"status": "finished", "record": ...}."""
+    dataset = _dataset(job.dataset)
+    started = time.time()
+    result = fit(dataset, job.model, job.config)
+    tags = {**provenance_tags(resolve_device(job.config.device)), "command": job.command}
+    return {"status": "finished", "record": make_record(dataset, job.model, job.config, result, tags, started)}
+
+
+def manifest_entry(record: dict) -> dict:
+    """The manifest line of a finished record: keys, settings hash, final metrics, cost, provenance."""
+    tags = record["tags"]
+    return {"dataset": record["experiment"], "model": tags["model"], "seed": int(tags["seed"]),
+            "config_hash": tags["config_hash"], "record_id": record["record_id"], **record["metrics"],
+            "machine": tags["machine"], "git_commit": tags["git_commit"], "command": tags["command"],
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record["end_time_ms"] / 1000))}
+
+
+def backbone_parameters(model: str, config: TrainConfig) -> int:
+    backbone = registry.build_backbone(model, d_model=config.d_model, n_layers=config.n_layers,
+                                       n_heads=config.n_heads, dropout=config.dropout, **config.backbone_options)
+    return sum(p.numel() for p in backbone.parameters())
+
+
+def order_jobs(jobs: list[HeadlineJob], manifest: list[dict], interactions: dict[str, int]) -> list[HeadlineJob]:
+    """Seed-first, then cheapest-first: the mean wall time of the same (dataset, model, settings but seed)
+    in ``manifest``, else interactions x backbone parameters times the median seconds per such unit seen."""
+    hashes = {job.run_hash for job in jobs} | {entry["config_hash"] for entry in manifest}
+    seen: dict[tuple[str, str], list[float]] = {}
+    for entry in manifest:
+        if entry["config_hash"] in hashes:
+            seen.setdefault((entry["dataset"], entry["model"]), []).append(entry["wall_seconds"])
+    parameters = {job.model: backbone_parameters(job.model, job.config) for job in jobs}
+    scales = [statistics.fmean(seconds) / (interactions[d] * parameters[m])
+              for (d, m), seconds in seen.items() if d in interactions and m in parameters]
+    scale = statistics.median(scales) if scales else 1.0
+
+    def estimate(job: HeadlineJob) -> float:
+        seconds = seen.get((job.dataset, job.model))
+        return statistics.fmean(seconds) if seconds else scale * interactions[job.dataset] * parameters[job.model]
+
+    return sorted(jobs, key=lambda job: (job.config.seed, estimate(job)))
+
+
+def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_dir: Path, workers: int,
+                 budget: float | None, device: str = "auto", overrides: dict | None = None,
+                 command: str = "") -> dict[str, int]:
+    """Train the grid's cells not yet in ``out_dir``'s manifest; returns counts per outcome."""
+    if budget is not None and budget <= 0:
+        raise ValueError(f"option --budget: must be > 0 seconds, got {budget}")
+    deadline = time.time() + budget if budget is not None else float("inf")
+    out_dir = Path(out_dir)
+    manifest_path, records_path = out_dir / MANIFEST_NAME, out_dir / RECORDS_NAME
+    manifest = read_jsonl(manifest_path)
+    finished = {(e["dataset"], e["model"], e["seed"], e["config_hash"]) for e in manifest}
+    loaded = {name: load_dataset(name) for name in datasets}  # prepares the caches the workers read
+    interactions = {name: dataset.stats()["interactions"] for name, dataset in loaded.items()}
+    jobs = []
+    for name, dataset in loaded.items():
+        for model in models:
+            for seed in seeds:
+                config = training_config(name, model, seed, device, overrides or {})
+                job = HeadlineJob(name, model, config, run_hash(name, dataset.options, model, config), command)
+                if (name, model, seed, job.run_hash) not in finished:
+                    jobs.append(job)
+    counts = {"already in manifest": len(datasets) * len(models) * len(seeds) - len(jobs), "finished": 0,
+              FAILED: 0, ABANDONED: 0, "not started": 0}
+    jobs = order_jobs(jobs, manifest, interactions)
+    print(f"{len(jobs)} runs to do on {machine_description(resolve_device(device))} with {workers} worker(s)"
+          f"{f', budget {budget:.0f} s' if budget else ''}; {counts['already in manifest']} already in "
+          f"{manifest_path}", flush=True)
+
+    def on_result(job: HeadlineJob, result: dict) -> None:
+        counts[result["status"]] += 1
+        if result["status"] == "finished":
+            record = result["record"]
+            append_jsonl(records_path, record)
+            append_jsonl(manifest_path, manifest_entry(record))
+            metrics = record["metrics"]
+            print(f"[{counts['finished']}] {job.label}: test AUC {metrics['test_auc']:.4f}, epochs "
+                  f"{metrics['epochs_run']} (best {metrics['best_epoch']}), {metrics['wall_seconds']:.0f} s, "
+                  f"{metrics['train_tokens_per_s']:,.0f} tokens/s", flush=True)
+        elif result["status"] == ABANDONED:
+            print(f"{job.label}: abandoned at the deadline", flush=True)
+        else:
+            print(f"{job.label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
+
+    not_started = run_jobs(jobs, train_cell, workers, deadline, on_result, abandon_at_deadline=True)
+    counts["not started"] = len(not_started)
+    print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)
+    return counts
+
+
+def parse_overrides(pairs: list[str]) -> dict:
+    """``--set KEY=VALUE`` pairs as TrainConfig values of the field's type."""
+    allowed = [name for name in TrainConfig.__dataclass_fields__
+               if name not in ("seed", "device", "progress", "backbone_options")]
+    defaults, overrides = TrainConfig(), {}
+    for pair in pairs:
+        key, _, text = pair.partition("=")
+        if key not in allowed:
+            raise ValueError(f"option --set {pair!r}: {key!r} is not one of {', '.join(allowed)}")
+        kind = type(getattr(defaults, key))
+        try:
+            overrides[key] = kind(text)
+        except ValueError:
+            raise ValueError(f"option --set {pair!r}: {text!r} is not a {kind.__name__}") from None
+    return overrides
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m prism_rec.headline", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="train the grid's missing cells")
+    run.add_argument("--out", required=True, type=Path, help="folder of the manifest and the records")
+    run.add_argument("--datasets", default=",".join(DATASETS))
+    run.add_argument("--models", default="all", help="comma-separated backbones, or all (every registered one)")
+    run.add_argument("--seeds", type=int, default=len(SEEDS), help="how many seeds, from 0")
+    run.add_argument("--workers", type=int, default=1)
+    run.add_argument("--budget", type=float, help="wall-clock seconds; no job starts after them")
+    run.add_argument("--device", default="auto")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="change a training setting (for quick checks), e.g. --set epochs=1")
+    imported = commands.add_parser("import", help="log run records into the MLflow store")
+    imported.add_argument("source", type=Path, help="a folder holding *.records.jsonl files, or one such file")
+    tables = commands.add_parser("tables", help="results/<dataset>/auc.md from the store, results/README.md")
+    tables.add_argument("--manifest", type=Path, default=RESULTS_MANIFEST)
+    args = parser.parse_args(argv)
+    invocation = "python -m prism_rec.headline " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    try:
+        if args.command == "run":
+            models = registry.list_backbones() if args.models == "all" else args.models.split(",")
+            unknown = [m for m in models if m not in registry.list_backbones()]
+            if unknown:
+                raise ValueError(f"option --models: unknown backbone(s) {', '.join(unknown)}")
+            counts = run_headline(args.datasets.split(","), models, list(range(args.seeds)), args.out, args.workers,
+                                  args.budget, args.device, parse_overrides(args.set), invocation)
+            if counts[FAILED]:
+                sys.exit(1)
+        elif args.command == "import":
+            counts = import_records(args.source, invocation)
+            print(f"{counts['imported']} run(s) imported, {counts['already there']} already in the store")
+        else:
+            from .headline_report import write_results
+
+            manifest = read_jsonl(args.manifest)
+            if not manifest:
+                raise FileNotFoundError(f"option --manifest: no finished runs in {args.manifest}")
+            for path in write_results(manifest):
+                print(f"wrote {path}")
+    except (ValueError, FileNotFoundError) as error:
+        parser.exit(2, f"error: {error}\n")
+
+
+if __name__ == "__main__":
+    main()

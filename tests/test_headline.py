@@ -1,0 +1,103 @@
+"""The headline driver: run records into MLflow and tables, manifest resume, the wall-clock budget."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from prism_rec import headline
+from prism_rec.jobs import ABANDONED, run_jobs
+from prism_rec.metrics import METRIC_NAMES
+from prism_rec.records import import_records, make_record, read_jsonl, read_records
+
+DATA_OPTIONS = {"min_user_interactions": 5, "min_item_interactions": 5, "split": "loo", "dedup": "none",
+                "skipped_lines": 0}
+
+
+def fake_dataset(name: str = "ml-100k") -> SimpleNamespace:
+    return SimpleNamespace(name=name, options=dict(DATA_OPTIONS),
+                           stats=lambda: {"users": 10, "items": 20, "interactions": 100, "mean_length": 10.0})
+
+
+def fake_result(auc: float) -> dict:
+    metrics = {name: auc if name == "auc" else 0.1 for name in METRIC_NAMES}
+    history = [{"train_loss": 3.0, **{f"valid_{k}": v for k, v in metrics.items()}}] * 2
+    return {"history": history, "test": metrics, "valid": metrics, "best_epoch": 1, "epochs_run": 2,
+            "train_tokens_per_s": 1000.0, "peak_memory_mb": 10.0, "wall_seconds": 1.5, "n_parameters": 1234}
+
+
+def fake_record(model: str, seed: int, auc: float) -> dict:
+    config = headline.training_config("ml-100k", model, seed, "cpu", {})
+    tags = {"git_commit": "abc", "device": "cuda", "machine": "NVIDIA H200", "torch_version": "2.11",
+            "triton_version": "3.6", "command": "python -m prism_rec.headline run --out X"}
+    return make_record(fake_dataset(), model, config, fake_result(auc), tags, time.time() - 5)
+
+
+def test_records_round_trip_into_mlflow_and_tables(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    from prism_rec.records import append_jsonl
+    from prism_rec.tables import finished_child_runs, write_tables
+
+    records = [fake_record("sasrec", 0, 0.8), fake_record("sasrec", 1, 0.9), fake_record("prism", 0, 0.7)]
+    for record in records:
+        append_jsonl(tmp_path / "runs" / headline.RECORDS_NAME, record)
+    assert read_records(tmp_path / "runs") == records
+    assert import_records(tmp_path / "runs", "import") == {"imported": 3, "already there": 0}
+    assert import_records(tmp_path / "runs", "import") == {"imported": 0, "already there": 3}
+    runs = finished_child_runs("ml-100k")
+    assert sorted(runs["tags.mlflow.runName"]) == ["prism-s0", "sasrec-s0", "sasrec-s1"]
+    sasrec = runs[runs["tags.mlflow.runName"] == "sasrec-s1"].iloc[0]
+    assert sasrec["metrics.test_auc"] == 0.9 and sasrec["params.batch_size"] == "256"
+    assert sasrec["tags.prism_rec_role"] == "child" and sasrec["tags.machine"] == "NVIDIA H200"
+    markdown, csv, _ = write_tables("ml-100k", tmp_path / "results")
+    assert "| sasrec | **0.8500 ± 0.0707**" in markdown.read_text()
+    assert "python -m prism_rec.headline run --out X" in markdown.read_text()
+
+
+@pytest.fixture
+def fake_training(monkeypatch):
+    """run_headline over fake datasets and an instant fake training that records its calls."""
+    calls = []
+
+    def train(job):
+        calls.append(job.label)
+        return {"status": "finished", "record": make_record(fake_dataset(job.dataset), job.model, job.config,
+                                                            fake_result(0.5), {"git_commit": "abc", "device": "cpu",
+                                                                               "machine": "CPU", "command": job.command},
+                                                            time.time())}
+
+    monkeypatch.setattr(headline, "load_dataset", fake_dataset)
+    monkeypatch.setattr(headline, "train_cell", train)
+    return calls
+
+
+def test_manifest_resume_skips_finished_runs_and_orders_seed_first(tmp_path, fake_training):
+    counts = headline.run_headline(["ml-100k"], ["sasrec", "hstu"], [0, 1], tmp_path, 1, None)
+    assert counts["finished"] == 4
+    assert [label.split("/")[2] for label in fake_training] == ["s0", "s0", "s1", "s1"]
+    assert fake_training[0].endswith("hstu/s0")  # fewer backbone parameters: cheaper, so first
+    assert len(read_jsonl(tmp_path / headline.MANIFEST_NAME)) == 4
+    fake_training.clear()
+    counts = headline.run_headline(["ml-100k"], ["sasrec", "hstu"], [0, 1, 2], tmp_path, 1, None)
+    assert counts["already in manifest"] == 4 and counts["finished"] == 2
+    assert sorted(fake_training) == ["ml-100k/hstu/s2", "ml-100k/sasrec/s2"]
+
+
+def test_budget_stops_starting_jobs(tmp_path, fake_training, monkeypatch):
+    clock = iter(range(1000))
+    monkeypatch.setattr(headline.time, "time", lambda: 1000.0 + next(clock))
+    counts = headline.run_headline(["ml-100k"], ["sasrec", "hstu"], [0, 1], tmp_path, 1, budget=2.5)
+    assert counts["finished"] >= 1 and counts["not started"] == 4 - counts["finished"]
+    with pytest.raises(ValueError, match="--budget"):
+        headline.run_headline(["ml-100k"], ["sasrec"], [0], tmp_path, 1, budget=0)
+
+
+def test_jobs_in_flight_at_the_deadline_are_abandoned():
+    results = []
+    started = time.time()
+    not_started = run_jobs([30.0, 30.0, 30.0], time.sleep, workers=2, deadline=time.time() + 2,
+                           on_result=lambda job, result: results.append(result["status"]), abandon_at_deadline=True)
+    assert results == [ABANDONED, ABANDONED] and not_started == [30.0]
+    assert time.time() - started < 20
