@@ -213,7 +213,7 @@ def readme(manifest: list[dict]) -> str:
         "",
         "The GPU runs share one H200 between 14 worker processes (GPU utilisation 100% throughout), so tokens/s "
         "is each run's share, not a solo figure; windows are left-padded to max_len 200 while the subsets' "
-        "histories are short (mean 4.6 to 24 items), so most of the computed positions are padding.",
+        "histories are short (mean 4.6 to 24 items, results/datasets.md), so most of the computed positions are padding.",
         "",
         "## Reproducing every number",
         "",
