@@ -212,8 +212,8 @@ def readme(manifest: list[dict]) -> str:
         *cost_tables(manifest, models),
         "",
         "The GPU runs share one H200 between 14 worker processes (GPU utilisation 100% throughout), so tokens/s "
-        "is each run's share, not a solo figure; windows are left-padded to max_len 200 while the subsets' "
-        "histories are short (mean 4.6 to 24 items, results/datasets.md), so most of the computed positions are padding.",
+        "is each run's share, not a solo figure. Runs share the GPU with whichever other runs were in flight, "
+        "so these figures compare backbones only roughly; `make throughput` measures solo steps.",
         "",
         "## Reproducing every number",
         "",
@@ -242,7 +242,7 @@ def write_results(manifest: list[dict], results_dir: Path = RESULTS_DIR) -> list
     """results/<dataset>/auc.md and .csv for every dataset with runs in the store, and results/README.md."""
     written = []
     for dataset in DATASETS:
-        if not finished_child_runs(dataset).empty:
+        if not finished_child_runs(dataset)[0].empty:
             written += list(write_tables(dataset, Path(results_dir))[:2])
     path = Path(results_dir) / "README.md"
     write_atomically(path, readme(manifest))

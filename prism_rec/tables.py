@@ -17,8 +17,20 @@ COLUMN_TITLES = {"auc": "AUC", **{f"{kind}_{k}": f"{kind.upper() if kind == 'ndc
                                   for kind in ("hit", "ndcg") for k in (10, 200, 500)}}
 
 
-def finished_child_runs(experiment: str) -> pd.DataFrame:
-    """The newest finished run of every (model, seed) in ``experiment``."""
+PROTOCOL_PARAMS = ("d_model", "dropout", "max_len", "batch_size", "lr", "weight_decay", "epochs", "patience", "loss",
+                   "n_negatives")
+
+
+def protocol_key(run: pd.Series) -> tuple:
+    """The training protocol of a run: data options and the shared training settings (not the model,
+    its architecture options, the seed or the device)."""
+    names = sorted(c for c in run.index if c.startswith("params.data.")) + [f"params.{p}" for p in PROTOCOL_PARAMS]
+    return tuple((name, run.get(name)) for name in names)
+
+
+def finished_child_runs(experiment: str) -> tuple[pd.DataFrame, int]:
+    """The newest finished run of every (model, seed) in ``experiment`` among the runs trained with the
+    newest run's protocol (``protocol_key``), and how many finished runs of other protocols were left out."""
     import mlflow
 
     runs = mlflow.search_runs(
@@ -27,8 +39,10 @@ def finished_child_runs(experiment: str) -> pd.DataFrame:
         order_by=["attributes.start_time DESC"],
     )
     if runs.empty:
-        return runs
-    return runs.drop_duplicates(["tags.model", "tags.seed"], keep="first")
+        return runs, 0
+    keys = runs.apply(protocol_key, axis=1)
+    same_protocol = runs[keys == keys.iloc[0]]
+    return same_protocol.drop_duplicates(["tags.model", "tags.seed"], keep="first"), len(runs) - len(same_protocol)
 
 
 def summarise(runs: pd.DataFrame) -> pd.DataFrame:
@@ -63,7 +77,7 @@ def markdown_table(summary: pd.DataFrame) -> str:
 
 def write_tables(dataset: str, results_dir: Path = RESULTS_DIR) -> tuple[Path, Path, Path]:
     """Write results/<dataset>/auc.md, auc.csv and the bar chart auc.png from the store; returns their paths."""
-    runs = finished_child_runs(dataset)
+    runs, other_protocols = finished_child_runs(dataset)
     if runs.empty:
         raise ValueError(f"no finished runs for dataset {dataset!r} in the tracking store")
     summary = summarise(runs)
@@ -84,6 +98,9 @@ def write_tables(dataset: str, results_dir: Path = RESULTS_DIR) -> tuple[Path, P
         f"Machine: {'; '.join(machines)}. Commit: {', '.join(commits)}. "
         f"Table written {datetime.date.today().isoformat()} (`prism-rec tables` rebuilds it from the MLflow store).",
     ]
+    if other_protocols:
+        lines.append(f"Left out: {other_protocols} finished run(s) trained with another protocol (data options or "
+                     f"shared training settings) than the newest run.")
     if "tags.dataset_stats" in runs and runs["tags.dataset_stats"].notna().any():
         lines.append(f"Dataset after filtering: {runs['tags.dataset_stats'].dropna().iloc[0]}.")
     markdown_path, csv_path = folder / "auc.md", folder / "auc.csv"
@@ -108,6 +125,6 @@ def write_all_tables(results_dir: Path = RESULTS_DIR) -> list[Path]:
     mlflow.set_tracking_uri(tracking_uri())
     written = []
     for experiment in mlflow.search_experiments():
-        if experiment.name != "Default" and not finished_child_runs(experiment.name).empty:
+        if experiment.name != "Default" and not finished_child_runs(experiment.name)[0].empty:
             written.append(write_tables(experiment.name, results_dir)[0])
     return written

@@ -46,7 +46,8 @@ def test_records_round_trip_into_mlflow_and_tables(tmp_path, monkeypatch):
     assert read_records(tmp_path / "runs") == records
     assert import_records(tmp_path / "runs", "import") == {"imported": 3, "already there": 0}
     assert import_records(tmp_path / "runs", "import") == {"imported": 0, "already there": 3}
-    runs = finished_child_runs("ml-100k")
+    runs, other_protocols = finished_child_runs("ml-100k")
+    assert other_protocols == 0
     assert sorted(runs["tags.mlflow.runName"]) == ["prism-s0", "sasrec-s0", "sasrec-s1"]
     sasrec = runs[runs["tags.mlflow.runName"] == "sasrec-s1"].iloc[0]
     assert sasrec["metrics.test_auc"] == 0.9 and sasrec["params.batch_size"] == "256"

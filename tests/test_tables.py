@@ -29,3 +29,14 @@ def test_summary_and_markdown_columns_line_up():
         index = METRIC_NAMES.index(name)
         assert cells_b[titles.index(title)].startswith(f"**{0.7 + index / 100 + 0.0005:.4f}")
     assert "**" not in row_a
+
+
+def test_tables_keep_only_the_newest_protocol(store, tiny, run_cli):
+    """A later benchmark with other shared settings (epochs here) hides the earlier runs from the table."""
+    from prism_rec.tables import finished_child_runs
+
+    run_cli("bench", "--models", "sasrec", "--seeds", "1", "--results-dir", str(store / "r"), *tiny)
+    run_cli("bench", "--models", "sasrec", "--seeds", "1", "--results-dir", str(store / "r"), *tiny, "--epochs", "1")
+    runs, other_protocols = finished_child_runs("ml-100k")
+    assert len(runs) == 1 and other_protocols == 1 and runs["params.epochs"].iloc[0] == "1"
+    assert "Left out: 1 finished run(s)" in (store / "r" / "ml-100k" / "auc.md").read_text()
