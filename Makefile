@@ -33,7 +33,7 @@ BENCH_ARGS = --dataset $(DATASET) --models $(MODELS) --seeds $(SEEDS) --epochs $
 	$(if $(filter 1,$(RESUME)),--resume) $(ARGS)
 BENCH_LAUNCHER = $(if $(NPROC),$(BIN)/torchrun $(TORCHRUN_ARGS) --nproc-per-node=$(NPROC) -m prism_rec.cli,$(BIN)/prism-rec)
 
-.PHONY: install bench test test-ui tables ui data list probe throughput
+.PHONY: install bench test test-ui tables import-runs ui data list probe throughput
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,7 +51,11 @@ test: install
 	$(BIN)/python -m pytest -q --ignore=tests/ui
 
 # Headless-browser check of the MLflow UI (needs Debian's chromium); screenshot in build/ui/.
-test-ui: install
+test-# Log JSON run records made where MLflow is absent (the GPU grid of prism_rec.headline) into the store.
+import-runs: install
+	$(BIN)/prism-rec import-runs $(DIR)
+
+ui: install
 	PRISM_REC_TEST_UI=1 $(BIN)/python -m pytest -q tests/ui
 
 tables: install

@@ -1,4 +1,4 @@
-"""The ``prism-rec`` command line: list, bench, tables, ui, data, probe, throughput."""
+"""The ``prism-rec`` command line: list, bench, tables, import-runs, ui, data, probe, throughput."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import ast
 import os
 import sys
+from pathlib import Path
 
 from . import registry
 from .train import TrainConfig
@@ -73,6 +74,13 @@ def command_tables(args) -> None:
         print(f"wrote {path}")
 
 
+def command_import_runs(args) -> None:
+    from .records import import_records
+
+    counts = import_records(Path(args.source), "prism-rec " + " ".join(sys.argv[1:]))
+    print(f"{counts['imported']} run(s) imported, {counts['already there']} already in the store")
+
+
 def command_ui(args) -> None:
     from .tracking import tracking_uri
 
@@ -133,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     tables = commands.add_parser("tables", help="rebuild results/<dataset>/auc.md from the MLflow store")
     tables.add_argument("--results-dir", default=RESULTS_DIR)
     tables.set_defaults(func=command_tables)
+
+    import_runs = commands.add_parser("import-runs", help="log JSON run records (e.g. from a GPU machine) into the store")
+    import_runs.add_argument("source", help="folder of *.records.jsonl run records, or one such file")
+    import_runs.set_defaults(func=command_import_runs)
 
     ui = commands.add_parser("ui", help="serve the MLflow UI over the project's store")
     ui.add_argument("--host", default="127.0.0.1")
