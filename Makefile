@@ -51,15 +51,15 @@ test: install
 	$(BIN)/python -m pytest -q --ignore=tests/ui
 
 # Headless-browser check of the MLflow UI (needs Debian's chromium); screenshot in build/ui/.
-test-# Log JSON run records made where MLflow is absent (the GPU grid of prism_rec.headline) into the store.
-import-runs: install
-	$(BIN)/prism-rec import-runs $(DIR)
-
-ui: install
+test-ui: install
 	PRISM_REC_TEST_UI=1 $(BIN)/python -m pytest -q tests/ui
 
 tables: install
 	$(BIN)/prism-rec tables
+
+# Log JSON run records made where MLflow is absent (the GPU grid of prism_rec.headline) into the store.
+import-runs: install
+	$(BIN)/prism-rec import-runs $(DIR)
 
 ui: install
 	$(BIN)/prism-rec ui
