@@ -4,14 +4,15 @@ Each layer (Hierarchical Sequential Transduction Unit), with H heads of attentio
 width d_v:
 
     U, V, Q, K = Split(SiLU(f1(LayerNorm(x))))                          f1 linear, no bias
-    A[i, j]    = SiLU(q_i . k_j + rab(i - j)) / n      for j <= i, j a real item; 0 otherwise
+    A[i, j]    = SiLU(q_i . k_j + rab(i - j)) / n_i    for j <= i, j a real item; 0 otherwise
     Y          = f2(Dropout(LayerNorm(A V) * U))                        f2 linear with bias
     x          = x + Y
 
-Pointwise aggregated attention: no softmax and no 1/sqrt(d) scale; the weights are divided by the
-sequence length n. The official code divides by the padded length (constant there, as every batch is
-padded to the same maximum length); here n is the number of real items of the sequence, so extra
-left-padding changes nothing (the LayerNorm that follows removes most of this per-sequence scale).
+Pointwise aggregated attention: no softmax and no 1/sqrt(d) scale; the weights are divided by a length.
+The official code divides by the padded length (constant there, as every batch is padded to the same
+maximum length); here n_i is the number of real items up to and including position i, so the layer stays
+causal (a position never learns how many items follow it) and extra left-padding changes nothing (the
+LayerNorm that follows removes most of this scale).
 Both LayerNorms have no learned affine, as in the official code.
 
 rab is the relative attention bias: one learned weight per relative distance i - j, shared by the heads;
@@ -65,11 +66,11 @@ class HSTULayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def attention_weights(self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """SiLU(q_i . k_j + rab(i - j)) / n over causal real keys: q, k [B, T, H, d_qk] -> [B, H, T, T]."""
+        """SiLU(q_i . k_j + rab(i - j)) / n_i over causal real keys: q, k [B, T, H, d_qk] -> [B, H, T, T]."""
         T = q.shape[1]
         scores = torch.einsum("bihd,bjhd->bhij", q, k) + self.relative_bias(T)
         allowed = torch.ones(T, T, dtype=torch.bool, device=q.device).tril() & mask[:, None, None, :]  # [B, 1, T, T]
-        length = mask.sum(1).clamp(min=1).to(q.dtype)[:, None, None, None]  # n per sequence [B, 1, 1, 1]
+        length = mask.cumsum(1).clamp(min=1).to(q.dtype)[:, None, :, None]  # n_i: real items up to i [B, 1, T, 1]
         return F.silu(scores) * allowed / length
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

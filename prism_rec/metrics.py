@@ -20,6 +20,8 @@ def rank_metrics(scores: torch.Tensor, targets: torch.Tensor) -> dict[str, torch
     n_items = scores.shape[1]
     if n_items < 2:
         raise ValueError("full-ranking metrics need at least 2 items")
+    if not torch.isfinite(scores).all():
+        raise FloatingPointError("non-finite item scores: the model diverged (NaN or inf)")
     target_scores = scores.gather(1, targets.long().unsqueeze(1))  # [N, 1]
     above = (scores > target_scores).sum(1).double()
     tied_others = (scores == target_scores).sum(1).double() - 1

@@ -149,7 +149,8 @@ def evaluate(model: SequentialRecommender, dataset: ProcessedDataset, cases: np.
         histories, targets = evaluation_batch(dataset, own_cases[start : start + config.eval_batch_size],
                                               config.max_len)
         hidden = model.encode(torch.from_numpy(histories).to(device))[:, -1]  # [C, d]
-        scores = model.score_all(hidden).float()  # [C, I]
+        with torch.autocast(device.type, enabled=False):  # bf16 scores would tie many items with the target
+            scores = model.score_all(hidden.float())  # [C, I]
         means.add(rank_metrics(scores, torch.from_numpy(targets - 1).to(device)))
     if world.distributed:
         totals = world.sum([means.sums[name] for name in METRIC_NAMES] + [means.count], device)

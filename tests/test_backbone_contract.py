@@ -50,6 +50,22 @@ def test_causal(name):
 
 
 @pytest.mark.parametrize("name", list_backbones())
+def test_prefix_alone_gives_the_same_outputs(name):
+    """Removing the future (not only changing it): a prefix, left-padded to the full length, gives the full
+    sequence's outputs at its positions, as in evaluation where the history ends at the target."""
+    model = build(name)
+    x, mask = batch()
+    cut = 11
+    shift = x.shape[1] - (cut + 1)
+    prefix_x = torch.cat([torch.zeros(x.shape[0], shift, D_MODEL), x[:, : cut + 1]], dim=1)
+    prefix_mask = torch.cat([torch.zeros(x.shape[0], shift, dtype=torch.bool), mask[:, : cut + 1]], dim=1)
+    with torch.no_grad():
+        full, prefix = model(x, mask)[:, : cut + 1], model(prefix_x, prefix_mask)[:, shift:]
+    real = mask[:, : cut + 1]
+    torch.testing.assert_close(full[real], prefix[real], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list_backbones())
 def test_left_padding_invariant(name):
     model = build(name)
     granularity = getattr(model, "padding_granularity", 1)

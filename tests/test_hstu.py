@@ -16,8 +16,8 @@ def layer_norm(x, eps):
 def reference_layer(layer, x, mask):
     """One HSTU layer, position by position, for x [B, T, d] and mask [B, T] (outputs at real positions).
 
-    U, V, Q, K = Split(SiLU(f1(LN(x)))); (A V)_i = sum_{j <= i, j real} SiLU(q_i . k_j + rab(i - j)) / n v_j;
-    y = x + f2(LN(A V) * U), n = number of real items of the sequence.
+    U, V, Q, K = Split(SiLU(f1(LN(x)))); (A V)_i = sum_{j <= i, j real} SiLU(q_i . k_j + rab(i - j)) / n_i v_j;
+    y = x + f2(LN(A V) * U), n_i = number of real items up to and including position i.
     """
     Bsz, T, d = x.shape
     H, dqk, dv = layer.n_heads, layer.attention_dim, layer.linear_dim
@@ -27,9 +27,9 @@ def reference_layer(layer, x, mask):
     rab = layer.relative_bias.weight
     rows = []
     for b in range(Bsz):
-        n = mask[b].sum()
         row = []
         for i in range(T):
+            n = mask[b, : i + 1].sum().clamp(min=1)
             aggregated = torch.zeros(H, dv)
             for j in range(i + 1):
                 if mask[b, j]:

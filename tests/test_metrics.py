@@ -52,3 +52,9 @@ def test_means_average_over_cases():
     assert means.means()["auc"] == 0.5
     with pytest.raises(ValueError):
         MetricMeans().means()
+
+
+def test_non_finite_scores_are_refused():
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(FloatingPointError, match="diverged"):
+            rank_metrics(torch.tensor([[0.1, bad, 0.3]]), torch.tensor([1]))
