@@ -60,7 +60,7 @@ def command_bench(args) -> None:
         progress=not args.no_progress, backbone_options=dict(args.option),
     )
     config.validate()
-    data_options = {"raw_dir": args.raw_dir, "split": args.split,
+    data_options = {"raw_dir": args.raw_dir, "split": args.split, "dedup": args.dedup,
                     "min_user_interactions": args.min_user_interactions,
                     "min_item_interactions": args.min_item_interactions}
     bench(args.dataset, models, parse_seeds(args.seeds), config, data_options, args.results_dir,
@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--n-negatives", type=int, default=defaults.n_negatives)
     bench.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     bench.add_argument("--split", choices=("loo", "time"), default="loo")
+    bench.add_argument("--dedup", choices=("none", "first", "last"), default="none",
+                       help="repeated (user, item) pairs: keep all (none), or only the first or last")
     bench.add_argument("--raw-dir", help="folder of the dataset's raw files (default datasets/raw/<name>)")
     bench.add_argument("--min-user-interactions", type=int)
     bench.add_argument("--min-item-interactions", type=int)

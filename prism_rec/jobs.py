@@ -88,8 +88,10 @@ def run_jobs(jobs: list, work: Callable[[Any], dict], workers: int, deadline: fl
                 return queue
             if abandon_at_deadline and time.time() >= deadline:
                 for worker in busy:
-                    worker.process.kill()
-                    on_result(worker.job, {"status": ABANDONED})
+                    finished = worker.connection.poll()  # a result already sent is kept, not thrown away
+                    if not finished:
+                        worker.process.kill()
+                    on_result(worker.job, worker.connection.recv() if finished else {"status": ABANDONED})
                     worker.job = None
                 return queue
             ready = wait([w.connection for w in busy] + [w.process.sentinel for w in busy], timeout=POLL_SECONDS)

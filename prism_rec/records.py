@@ -160,10 +160,11 @@ def log_record(record: dict, experiment: str, parent_run_id: str | None = None) 
 
 
 def imported_record_ids(experiment: str) -> set[str]:
-    """The ``record_id`` tags of the runs already in experiment id ``experiment``."""
+    """The ``record_id`` tags of the runs already imported whole into experiment id ``experiment`` (a run
+    left RUNNING by an import that stopped halfway does not count, so the next import logs it again)."""
     import mlflow
 
-    runs = mlflow.search_runs([experiment], filter_string=f"tags.{RECORD_ID_TAG} != ''")
+    runs = mlflow.search_runs([experiment], filter_string=f"tags.{RECORD_ID_TAG} != '' and attributes.status != 'RUNNING'")
     return set() if runs.empty else set(runs[f"tags.{RECORD_ID_TAG}"].dropna())
 
 

@@ -1,6 +1,6 @@
 """Training and evaluation of one (backbone, seed) on a processed dataset.
 
-Next-item prediction at every position of each user's most recent training window; full softmax
+Next-item prediction at every position of every training window (``training_windows``); full softmax
 cross-entropy over all items (default) or sampled softmax with shared uniform negatives; AdamW; early
 stopping on validation AUC; the best weights are restored for the test evaluation. Runs can be
 checkpointed and resumed exactly, and trained data-parallel under torchrun.
