@@ -41,13 +41,13 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def run_hash(dataset: str, data_options: dict, model: str, config: TrainConfig) -> str:
-    """The settings hash runner.py tags a child run with (``config_hash``): dataset, data options, model
-    and every result-defining training value, seed included."""
+    """The settings hash of a child run (tag ``config_hash``): dataset, data options, model and every
+    result-defining training value, seed included."""
     return config_hash({"dataset": dataset, "data": data_options, "model": model, "train": config.identity()})
 
 
 def dataset_stats_tag(dataset: ProcessedDataset) -> str:
-    """The ``dataset_stats`` tag text runner.py writes."""
+    """The ``dataset_stats`` tag text of a run."""
     return ", ".join(f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v:,}" for k, v in dataset.stats().items())
 
 
@@ -71,13 +71,19 @@ def make_record(dataset: ProcessedDataset, model: str, config: TrainConfig, resu
         "config": {"model": model, "dataset": dataset.name, "data": data_options, "train": asdict(config),
                    "world_size": 1},
         "history": result["history"],
-        "metrics": {
-            **{f"test_{k}": v for k, v in result["test"].items()},
-            **{f"best_valid_{k}": v for k, v in result["valid"].items()},
-            "best_epoch": result["best_epoch"], "epochs_run": result["epochs_run"],
-            "train_tokens_per_s": result["train_tokens_per_s"], "peak_memory_mb": result["peak_memory_mb"],
-            "wall_seconds": result["wall_seconds"], "n_parameters": result["n_parameters"],
-        },
+        "metrics": final_metrics(result),
+    }
+
+
+def final_metrics(result: dict) -> dict[str, float]:
+    """The metrics a finished child run logs once, from a ``fit`` result: test and best-validation
+    metrics, epochs and cost figures."""
+    return {
+        **{f"test_{k}": v for k, v in result["test"].items()},
+        **{f"best_valid_{k}": v for k, v in result["valid"].items()},
+        "best_epoch": result["best_epoch"], "epochs_run": result["epochs_run"],
+        "train_tokens_per_s": result["train_tokens_per_s"], "peak_memory_mb": result["peak_memory_mb"],
+        "wall_seconds": result["wall_seconds"], "n_parameters": result["n_parameters"],
     }
 
 

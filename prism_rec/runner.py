@@ -25,6 +25,7 @@ from . import distributed
 from .checkpoint import CHECKPOINT_DIR, checkpoint_file, config_hash
 from .data.sources import load_dataset
 from .plots import learning_curve
+from .records import dataset_stats_tag, final_metrics, run_hash
 from .tables import RESULTS_DIR, write_tables
 from .tracking import experiment_id, provenance_tags
 from .train import TrainConfig, fit, resolve_device
@@ -60,8 +61,7 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
         world.barrier()
 
     def run_hash_for(model: str, seed: int) -> str:
-        return config_hash({"dataset": dataset_name, "data": dataset.options, "model": model,
-                            "train": replace(config, seed=seed).identity()})
+        return run_hash(dataset_name, dataset.options, model, replace(config, seed=seed))
 
     def checkpoint_for(model: str, seed: int) -> Path:
         return checkpoint_file(dataset_name, model, seed, run_hash_for(model, seed), checkpoint_dir)
@@ -76,7 +76,7 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
           + (f"; {world.size} data-parallel processes" if world.distributed else ""))
     device = world.device(resolve_device(config.device))
     tags = {**provenance_tags(device), "dataset": dataset_name, "command": command, "world_size": str(world.size),
-            "dataset_stats": ", ".join(f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v:,}" for k, v in stats.items())}
+            "dataset_stats": dataset_stats_tag(dataset)}
     experiment = experiment_id(dataset_name)
     bench_hash = config_hash({"dataset": dataset_name, "data": dataset.options, "models": models, "seeds": seeds,
                               "train": replace(config, seed=0).identity()})
@@ -148,13 +148,7 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
 def _log_result(result: dict, title: str) -> None:
     import mlflow
 
-    mlflow.log_metrics({
-        **{f"test_{k}": v for k, v in result["test"].items()},
-        **{f"best_valid_{k}": v for k, v in result["valid"].items()},
-        "best_epoch": result["best_epoch"], "epochs_run": result["epochs_run"],
-        "train_tokens_per_s": result["train_tokens_per_s"], "peak_memory_mb": result["peak_memory_mb"],
-        "wall_seconds": result["wall_seconds"], "n_parameters": result["n_parameters"],
-    })
+    mlflow.log_metrics(final_metrics(result))
     mlflow.log_figure(learning_curve(result["history"], title), "learning_curve.png")
     print(f"    test AUC {result['test']['auc']:.4f}  Hit@10 {result['test']['hit_10']:.4f}  "
           f"best epoch {result['best_epoch']}/{result['epochs_run']}  "
