@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import registry
 from .headline import DATASETS, LAYERS, SEEDS, SETTINGS, backbone_parameters, training_config
-from .records import write_atomically
+from .files import write_atomically
 from .tables import RESULTS_DIR, finished_child_runs, write_tables
 
 PAPER_COLUMNS = {"books-dealrec": 0, "movies-fedcsr": 1, "electronics-gerec": 2, "yelp-iclrec": 3}

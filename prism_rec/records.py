@@ -12,7 +12,6 @@ import of the same record a no-op.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from dataclasses import asdict
@@ -20,24 +19,13 @@ from pathlib import Path
 
 from .checkpoint import config_hash
 from .data.core import ProcessedDataset
+from .files import write_atomically
 from .train import TrainConfig
 
 RECORD_FORMAT = "prism-rec-run-1"
 RECORDS_SUFFIX = ".records.jsonl"
 RECORD_ID_TAG = "record_id"
 FINISHED = "FINISHED"
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
 
 
 def run_hash(dataset: str, data_options: dict, model: str, config: TrainConfig) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .files import write_atomically
 from .metrics import METRIC_NAMES
 from .plots import auc_bar_chart
 from .tracking import PROJECT_ROOT, experiment_id
@@ -104,16 +105,10 @@ def write_tables(dataset: str, results_dir: Path = RESULTS_DIR) -> tuple[Path, P
     if "tags.dataset_stats" in runs and runs["tags.dataset_stats"].notna().any():
         lines.append(f"Dataset after filtering: {runs['tags.dataset_stats'].dropna().iloc[0]}.")
     markdown_path, csv_path = folder / "auc.md", folder / "auc.csv"
-    _write_atomically(markdown_path, "\n".join(lines) + "\n")
-    _write_atomically(csv_path, summary.to_csv(index=False, float_format="%.6f"))
+    write_atomically(markdown_path, "\n".join(lines) + "\n")
+    write_atomically(csv_path, summary.to_csv(index=False, float_format="%.6f"))
     chart_path = auc_bar_chart(summary, f"{dataset}: full-ranking test AUC", folder / "auc.png")
     return markdown_path, csv_path, chart_path
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
 
 
 def write_all_tables(results_dir: Path = RESULTS_DIR) -> list[Path]:

@@ -4,27 +4,16 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import statistics
 from pathlib import Path
 
+from ..files import write_atomically
 from .settings import ProbeSettings
 from .tasks import PAPER_TABLE4
 
 MANIFEST_NAME = "probes_manifest.jsonl"
 TABLE_NAME = "probes.md"
 CHECKPOINTS_NAME = "probes_checkpoints.pt"
-
-
-def write_atomically(path: Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "wb") as handle:
-        handle.write(data.encode() if isinstance(data, str) else data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
 
 
 def run_identity(task: str, model: str, seed: int, settings: ProbeSettings) -> str:

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import torch
 
+from ..files import write_atomically
 from ..jobs import run_jobs
 from ..tracking import experiment_id, git_commit, machine_description
 from ..train import resolve_device
 from .report import (CHECKPOINTS_NAME, MANIFEST_NAME, entry_identity, load_manifest, run_identity, save_manifest,
-                     write_atomically, write_results_table)
+                     write_results_table)
 from .settings import ProbeSettings, settings_for
 from .train import ProbeJob, train_probe
 

@@ -1,0 +1,23 @@
+"""Writing files so that a reader never sees half of one."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def write_atomically(path: Path, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename; the temporary
+    file is removed if writing fails."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data.encode() if isinstance(data, str) else data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
