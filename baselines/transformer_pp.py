@@ -16,13 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from prism_rec.baselines.sasrec import causal_padding_mask
-from prism_rec.nn import PreNormStack
+from prism_rec.nn import PreNormStack, positions_from_first_item
 from prism_rec.registry import register_backbone
-
-
-def positions_from_first_item(mask: torch.Tensor) -> torch.Tensor:
-    """Position of each item counted from the first real item of its row [B, T] (0 at padded positions)."""
-    return (mask.long().cumsum(1) - 1).clamp(min=0)
 
 
 def rotary_angles(positions: torch.Tensor, head_dim: int, base: float = 10000.0) -> torch.Tensor:

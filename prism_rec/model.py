@@ -7,6 +7,7 @@ import math
 import torch
 from torch import nn
 
+from .nn import positions_from_first_item
 from .registry import build_backbone
 
 
@@ -38,8 +39,7 @@ class SequentialRecommender(nn.Module):
         mask = items > 0  # [B, T]
         h = self.item_embedding(items) * self.embedding_scale
         if self.position_embedding is not None:
-            positions = (mask.long().cumsum(1) - 1).clamp(min=0)
-            h = h + self.position_embedding(positions)
+            h = h + self.position_embedding(positions_from_first_item(mask))
         h = self.embedding_dropout(h) * mask.unsqueeze(-1)
         return self.final_norm(self.backbone(h, mask))
 

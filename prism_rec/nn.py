@@ -64,6 +64,12 @@ class SwiGLU(nn.Module):
         return self.dropout(self.down(F.silu(self.gate(x)) * self.up(x)))
 
 
+def positions_from_first_item(mask: torch.Tensor) -> torch.Tensor:
+    """Position of each item counted from the first real item of its row [B, T] (0 at padded positions),
+    so extra left-padding does not shift it."""
+    return (mask.long().cumsum(1) - 1).clamp(min=0)
+
+
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Normalise the last dimension to unit L2 norm (zero vectors stay zero)."""
     return x * torch.rsqrt(x.float().pow(2).sum(-1, keepdim=True) + eps).to(x.dtype)

@@ -5,9 +5,9 @@ import math
 import torch
 
 from prism_rec.baselines.transformer_pp import (
-    RotaryAttention, TransformerPP, apply_rotary, positions_from_first_item, rotary_angles,
+    RotaryAttention, TransformerPP, apply_rotary, rotary_angles,
 )
-from prism_rec.nn import PreNormStack, SwiGLU
+from prism_rec.nn import PreNormStack, SwiGLU, positions_from_first_item
 
 
 def rotate_by_definition(vector, position, base=10000.0):
