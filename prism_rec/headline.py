@@ -1,13 +1,13 @@
 """The headline benchmark: every registered backbone on the four real subsets, 3 seeds, on one GPU.
 
 ``python -m prism_rec.headline run --out DIR`` trains the (dataset, backbone, seed) grid with N worker
-processes sharing one device. Each finished run is appended to ``DIR/headline.records.jsonl`` (a full
+processes sharing one device, or several devices taken in turn (``--device cuda:0,cuda:1``). Each finished run is appended to ``DIR/headline.records.jsonl`` (a full
 run record, see records.py) and ``DIR/headline_manifest.jsonl`` (one line: keys, settings hash, final
 metrics, cost). Runs already in that manifest with the same settings are skipped, so a later call over a
 copy of the manifest continues the grid. Jobs go seed-first (seed 0 of every cell, then seed 1, ...) and
 cheapest-first within a seed (the wall time seen earlier for the same cell, else interactions x backbone
-parameters scaled by the times seen). With ``--budget`` seconds no job starts after the deadline and
-jobs still running at it are abandoned, unrecorded.
+parameters scaled by the times seen). With ``--budget`` seconds a job starts only when that estimate
+(once any time has been seen) ends before the deadline, and jobs still running at it are abandoned, unrecorded.
 
 ``import DIR`` logs the records under DIR (a folder or one records file) into the MLflow store;
 ``tables`` writes results/<dataset>/auc.md and .csv from the store (tables.py) and results/README.md
@@ -17,6 +17,7 @@ from the manifest (results/headline_manifest.jsonl).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import shlex
 import statistics
@@ -91,9 +92,11 @@ def backbone_parameters(model: str, config: TrainConfig) -> int:
     return sum(p.numel() for p in backbone.parameters())
 
 
-def order_jobs(jobs: list[HeadlineJob], manifest: list[dict], interactions: dict[str, int]) -> list[HeadlineJob]:
-    """Seed-first, then cheapest-first: the mean wall time of the same (dataset, model, settings but seed)
-    in ``manifest``, else interactions x backbone parameters times the median seconds per such unit seen."""
+def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict],
+                     interactions: dict[str, int]) -> tuple[dict[str, float], bool]:
+    """Expected wall seconds per job label: the mean of the same (dataset, model, settings but seed) in
+    ``manifest``, else interactions x backbone parameters times the median seconds per such unit seen;
+    and whether any time was seen (if not, the figures only rank the jobs)."""
     hashes = {job.run_hash for job in jobs} | {entry["config_hash"] for entry in manifest}
     seen: dict[tuple[str, str], list[float]] = {}
     for entry in manifest:
@@ -108,7 +111,18 @@ def order_jobs(jobs: list[HeadlineJob], manifest: list[dict], interactions: dict
         seconds = seen.get((job.dataset, job.model))
         return statistics.fmean(seconds) if seconds else scale * interactions[job.dataset] * parameters[job.model]
 
-    return sorted(jobs, key=lambda job: (job.config.seed, estimate(job)))
+    return {job.label: estimate(job) for job in jobs}, bool(scales)
+
+
+def order_jobs(jobs: list[HeadlineJob], expected: dict[str, float]) -> list[HeadlineJob]:
+    """Seed-first, then cheapest-first by ``expected`` seconds."""
+    return sorted(jobs, key=lambda job: (job.config.seed, expected[job.label]))
+
+
+def spread_over_devices(jobs: list[HeadlineJob], devices: list[str]) -> list[HeadlineJob]:
+    """Job i runs on ``devices[i % len(devices)]`` (the device is not part of a run's settings hash)."""
+    return [dataclasses.replace(job, config=dataclasses.replace(job.config, device=devices[i % len(devices)]))
+            for i, job in enumerate(jobs)]
 
 
 def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_dir: Path, workers: int,
@@ -117,6 +131,12 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
     """Train the grid's cells not yet in ``out_dir``'s manifest; returns counts per outcome."""
     if budget is not None and budget <= 0:
         raise ValueError(f"option --budget: must be > 0 seconds, got {budget}")
+    devices = device.split(",")
+    for name in devices:
+        try:
+            resolve_device(name)
+        except (RuntimeError, ValueError) as error:
+            raise ValueError(f"option --device: {name!r} is not a usable device ({error})") from None
     deadline = time.time() + budget if budget is not None else float("inf")
     out_dir = Path(out_dir)
     manifest_path, records_path = out_dir / MANIFEST_NAME, out_dir / RECORDS_NAME
@@ -128,14 +148,16 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
     for name, dataset in loaded.items():
         for model in models:
             for seed in seeds:
-                config = training_config(name, model, seed, device, overrides or {})
+                config = training_config(name, model, seed, devices[0], overrides or {})
                 job = HeadlineJob(name, model, config, run_hash(name, dataset.options, model, config), command)
                 if (name, model, seed, job.run_hash) not in finished:
                     jobs.append(job)
     counts = {"already in manifest": len(datasets) * len(models) * len(seeds) - len(jobs), "finished": 0,
               FAILED: 0, ABANDONED: 0, "not started": 0}
-    jobs = order_jobs(jobs, manifest, interactions)
-    print(f"{len(jobs)} runs to do on {machine_description(resolve_device(device))} with {workers} worker(s)"
+    expected, timed = estimate_seconds(jobs, manifest, interactions)
+    jobs = spread_over_devices(order_jobs(jobs, expected), devices)
+    machines = ", ".join(sorted({machine_description(resolve_device(d)) for d in devices}))
+    print(f"{len(jobs)} runs to do on {machines} ({', '.join(devices)}) with {workers} worker(s)"
           f"{f', budget {budget:.0f} s' if budget else ''}; {counts['already in manifest']} already in "
           f"{manifest_path}", flush=True)
 
@@ -154,7 +176,8 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
         else:
             print(f"{job.label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
 
-    not_started = run_jobs(jobs, train_cell, workers, deadline, on_result, abandon_at_deadline=True)
+    not_started = run_jobs(jobs, train_cell, workers, deadline, on_result, abandon_at_deadline=True,
+                           expected_seconds=(lambda job: expected[job.label]) if timed else None)
     counts["not started"] = len(not_started)
     print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)
     return counts
@@ -187,7 +210,8 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--seeds", type=int, default=len(SEEDS), help="how many seeds, from 0")
     run.add_argument("--workers", type=int, default=1)
     run.add_argument("--budget", type=float, help="wall-clock seconds; no job starts after them")
-    run.add_argument("--device", default="auto")
+    run.add_argument("--device", default="auto",
+                     help="auto, cpu, cuda, cuda:N, or a comma list (cuda:0,cuda:1): jobs take them in turn")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="change a training setting (for quick checks), e.g. --set epochs=1")
     imported = commands.add_parser("import", help="log run records into the MLflow store")

@@ -52,20 +52,33 @@ class _Worker:
     job: Any = None
 
 
+def _next_job(queue: list, deadline: float, expected_seconds: Callable[[Any], float] | None) -> Any:
+    """Pop the first job of ``queue`` expected to end before ``deadline`` (any job without an estimate);
+    None when none is."""
+    left = deadline - time.time()
+    if left <= 0:
+        return None
+    for index, job in enumerate(queue):
+        if expected_seconds is None or expected_seconds(job) <= left:
+            return queue.pop(index)
+    return None
+
+
 def run_jobs(jobs: list, work: Callable[[Any], dict], workers: int, deadline: float,
-             on_result: Callable[[Any, dict], None], abandon_at_deadline: bool = False) -> list:
+             on_result: Callable[[Any, dict], None], abandon_at_deadline: bool = False,
+             expected_seconds: Callable[[Any], float] | None = None) -> list:
     """Run ``work(job)`` for ``jobs`` in order on ``workers`` processes; ``on_result(job, result)`` is
     called in this process as each one ends (result["status"] is the job's own, "failed" or "abandoned").
 
     ``work`` must be a module-level function and jobs picklable. ``deadline`` is a ``time.time()``
-    value. Returns the jobs never started.
+    value. With ``expected_seconds``, a free worker skips jobs expected to outlast the deadline and takes
+    the first that fits, so fewer are abandoned. Returns the jobs never started.
     """
     if workers < 1:
         raise ValueError(f"option --workers: must be >= 1, got {workers}")
     queue = list(jobs)
     if workers == 1:
-        while queue and time.time() < deadline:
-            job = queue.pop(0)
+        while (job := _next_job(queue, deadline, expected_seconds)) is not None:
             on_result(job, _call(work, job))
         return queue
     context = multiprocessing.get_context("spawn")
@@ -80,9 +93,10 @@ def run_jobs(jobs: list, work: Callable[[Any], dict], workers: int, deadline: fl
     try:
         while True:
             for worker in pool:
-                if worker.job is None and queue and time.time() < deadline and worker.process.is_alive():
-                    worker.job = queue.pop(0)
-                    worker.connection.send(worker.job)
+                if worker.job is None and worker.process.is_alive():
+                    worker.job = _next_job(queue, deadline, expected_seconds)
+                    if worker.job is not None:
+                        worker.connection.send(worker.job)
             busy = [worker for worker in pool if worker.job is not None]
             if not busy:
                 return queue

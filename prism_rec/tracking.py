@@ -41,6 +41,9 @@ def experiment_id(name: str) -> str:
 
 
 def git_commit() -> str:
+    """HEAD's short hash; PRISM_REC_GIT_COMMIT where the tree travelled without .git (the GPU machine)."""
+    if os.environ.get("PRISM_REC_GIT_COMMIT"):
+        return os.environ["PRISM_REC_GIT_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT, capture_output=True,
                               text=True, timeout=5).stdout.strip() or "unknown"

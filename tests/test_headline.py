@@ -6,6 +6,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from prism_rec import headline
 from prism_rec.jobs import ABANDONED, run_jobs
@@ -93,6 +94,24 @@ def test_budget_stops_starting_jobs(tmp_path, fake_training, monkeypatch):
     assert counts["finished"] >= 1 and counts["not started"] == 4 - counts["finished"]
     with pytest.raises(ValueError, match="--budget"):
         headline.run_headline(["ml-100k"], ["sasrec"], [0], tmp_path, 1, budget=0)
+
+
+def test_a_free_worker_skips_jobs_expected_to_outlast_the_deadline():
+    results = []
+    not_started = run_jobs([60.0, 0.01, 0.02], time.sleep, workers=1, deadline=time.time() + 5,
+                           on_result=lambda job, result: results.append(job), expected_seconds=lambda job: job)
+    assert results == [0.01, 0.02] and not_started == [60.0]
+
+
+def test_jobs_take_the_listed_devices_in_turn(tmp_path):
+    jobs = [headline.HeadlineJob("ml-100k", "sasrec", headline.training_config("ml-100k", "sasrec", seed, "cpu", {}),
+                                 f"hash{seed}", "") for seed in range(3)]
+    spread = headline.spread_over_devices(jobs, ["cuda:0", "cuda:1"])
+    assert [job.config.device for job in spread] == ["cuda:0", "cuda:1", "cuda:0"]
+    assert [job.run_hash for job in spread] == ["hash0", "hash1", "hash2"]
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="--device: 'cuda:1'"):
+            headline.run_headline(["ml-100k"], ["sasrec"], [0], tmp_path, 1, None, device="cpu,cuda:1")
 
 
 def test_jobs_in_flight_at_the_deadline_are_abandoned():

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Data-parallel scaling on a machine with >= 2 GPUs: `make bench` with NPROC=2 and NPROC=1 on the same
+# benchmark, then results/scaling.md-style report (prism_rec/scaling.py) from the MLflow store.
+#
+#   benchmarks/scaling_gpu.sh OUT_DIR
+#
+# Environment: DATASET (default books-dealrec, the largest shared subset), MODELS (prism,sasrec),
+# EPOCHS (10), NPROCS (the process counts, "2 1"). Dropout is 0 so that the runs can agree: with
+# dropout each process draws other masks than one process does. The MLflow store goes to OUT_DIR/store.
+# Run `. benchmarks/gpu_setup.sh` first on the device machine (MLflow must be importable).
+set -euo pipefail
+out=${1:?usage: benchmarks/scaling_gpu.sh OUT_DIR}
+dataset=${DATASET:-books-dealrec}
+mkdir -p "$out/store"
+export MLFLOW_TRACKING_URI="sqlite:///$(cd "$out" && pwd)/store/mlflow.db"
+venv=$(dirname "$(dirname "$(command -v python3)")")
+touch "$venv/.installed"  # the machine's Python is the environment: make's install step has nothing to do
+python3 -c "from prism_rec.data.sources import load_dataset; print(load_dataset('$dataset').stats())"
+for nproc in ${NPROCS:-2 1}; do
+    make bench VENV="$venv" NPROC="$nproc" DATASET="$dataset" MODELS="${MODELS:-prism,sasrec}" \
+        EPOCHS="${EPOCHS:-10}" ARGS="--dropout 0 --no-progress --results-dir $out/results"
+done
+python3 -m prism_rec.scaling --dataset "$dataset" --out "$out/scaling.md"

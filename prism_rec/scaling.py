@@ -1,0 +1,115 @@
+"""Data-parallel scaling report: the same benchmark with 1 and N processes, read back from the MLflow store.
+
+``python -m prism_rec.scaling --dataset NAME --out results/scaling.md`` takes, for every model, the newest
+finished child run of each world size in the dataset's experiment, and writes training tokens/s, the
+scaling efficiency (tokens/s with N processes / (N x tokens/s with 1)) and test AUC of each run, with the
+difference against the single-process run beside the tolerance the CPU test holds two gloo processes to
+(tests/test_ddp.py). benchmarks/scaling_gpu.sh runs the benchmarks and then this report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from .files import write_atomically
+from .tracking import experiment_id
+
+AUC_TOLERANCE = 1e-4  # the bound tests/test_ddp.py asserts for 2 gloo processes against 1 (dropout 0)
+
+
+def newest_runs_by_world_size(dataset: str) -> pd.DataFrame:
+    """The newest finished child run per (model, world size) of ``dataset``'s experiment."""
+    import mlflow
+
+    runs = mlflow.search_runs(
+        experiment_ids=[experiment_id(dataset)],
+        filter_string="tags.prism_rec_role = 'child' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+    )
+    if runs.empty:
+        raise ValueError(f"option --dataset: no finished runs of {dataset!r} in the tracking store")
+    runs["world_size"] = runs["tags.world_size"].astype(int)
+    return runs.drop_duplicates(["tags.model", "world_size"], keep="first")
+
+
+def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, world size): tokens/s, efficiency and AUC against the 1-process run."""
+    rows = []
+    for model, group in runs.groupby("tags.model", sort=True):
+        single = group[group["world_size"] == 1]
+        base = single.iloc[0] if len(single) else None
+        for _, run in group.sort_values("world_size").iterrows():
+            size, tokens = int(run["world_size"]), float(run["metrics.train_tokens_per_s"])
+            rows.append({
+                "model": model, "processes": size, "train tokens/s": tokens,
+                "scaling efficiency": tokens / (size * float(base["metrics.train_tokens_per_s"]))
+                if base is not None else float("nan"),
+                "test AUC": float(run["metrics.test_auc"]),
+                "AUC gap to 1 process": abs(float(run["metrics.test_auc"]) - float(base["metrics.test_auc"]))
+                if base is not None else float("nan"),
+                "epochs (best)": f"{int(run['metrics.epochs_run'])} ({int(run['metrics.best_epoch'])})",
+                "wall s": float(run["metrics.wall_seconds"]),
+            })
+    return pd.DataFrame(rows)
+
+
+def _markdown(table: pd.DataFrame) -> str:
+    def cell(value) -> str:
+        if isinstance(value, float):
+            if value != value:
+                return "missing"
+            return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.4g}"
+        return str(value)
+
+    lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def write_report(dataset: str, out: Path) -> Path:
+    runs = newest_runs_by_world_size(dataset)
+    table = scaling_table(runs)
+    first = runs.iloc[0]
+    gap = "AUC gap to 1 process"
+    verdicts = [f"- {row['model']}, {row['processes']} processes: |ΔAUC| = {row[gap]:.2e} "
+                f"({'within' if row[gap] <= AUC_TOLERANCE else 'outside'} the CPU test's {AUC_TOLERANCE:g})"
+                for row in table[table["processes"] > 1].to_dict("records")]
+    text = "\n".join([
+        f"# Data-parallel scaling on {dataset}",
+        "",
+        f"Written {datetime.date.today().isoformat()} by `python -m prism_rec.scaling --dataset {dataset} --out {out}` "
+        "from the runs below, which benchmarks/scaling_gpu.sh made with `make bench NPROC=<processes>` (torchrun).",
+        f"Machine: {first.get('tags.machine')}; torch {first.get('tags.torch_version')}, Triton "
+        f"{first.get('tags.triton_version')}; commit {first.get('tags.git_commit')}.",
+        "Commands: " + "; ".join(f"`{c}`" for c in sorted(set(runs["tags.command"].dropna()))),
+        "",
+        "Tokens/s counts the training targets of all processes per second of training (evaluation excluded); "
+        "the global batch is the same at every process count (each process takes its share of it).",
+        "",
+        _markdown(table),
+        "",
+        "Test AUC against the single-process run:",
+        *verdicts,
+        "",
+    ])
+    write_atomically(out, text)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m prism_rec.scaling", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--out", type=Path, default=Path("results/scaling.md"))
+    args = parser.parse_args(argv)
+    try:
+        print(f"wrote {write_report(args.dataset, args.out)}")
+    except ValueError as error:
+        parser.exit(2, f"error: {error}\n")
+
+
+if __name__ == "__main__":
+    main()
