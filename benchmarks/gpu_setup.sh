@@ -5,7 +5,7 @@
 # this project (editable, no dependencies) into the machine's Python, points the shared-subset loader at
 # .device_data (a copy of ../shared/data) and Triton at the carried .triton_cache.
 set -euo pipefail
-wheels=$(find .whl -name '*.whl' 2>/dev/null | sort || true)
+wheels=$(find .whl -type f -name '*.whl' 2>/dev/null | sort || true)
 if [ -n "$wheels" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
