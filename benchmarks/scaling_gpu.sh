@@ -2,16 +2,19 @@
 # Data-parallel scaling on a machine with >= 2 GPUs: `make bench` with NPROC=2 and NPROC=1 on the same
 # benchmark, then results/scaling.md-style report (prism_rec/scaling.py) from the MLflow store.
 #
-#   benchmarks/scaling_gpu.sh OUT_DIR
+#   benchmarks/scaling_gpu.sh OUT_DIR [PREVIOUS_DIR]
 #
+# PREVIOUS_DIR (the OUT_DIR of an earlier call, copied into the working tree) lends its store, so a call
+# can run the process counts an earlier one had no time for (NPROCS=1) and report on all of them.
 # Environment: DATASET (default books-dealrec, the largest shared subset), MODELS (prism,sasrec),
 # EPOCHS (10), NPROCS (the process counts, "2 1"). Dropout is 0 so that the runs can agree: with
 # dropout each process draws other masks than one process does. The MLflow store goes to OUT_DIR/store.
 # Run `. benchmarks/gpu_setup.sh` first on the device machine (MLflow must be importable).
 set -euo pipefail
-out=${1:?usage: benchmarks/scaling_gpu.sh OUT_DIR}
+out=${1:?usage: benchmarks/scaling_gpu.sh OUT_DIR [PREVIOUS_DIR]}
 dataset=${DATASET:-books-dealrec}
 mkdir -p "$out/store"
+if [ -n "${2:-}" ]; then cp -r "$2/store/." "$out/store/"; fi
 export MLFLOW_TRACKING_URI="sqlite:///$(cd "$out" && pwd)/store/mlflow.db"
 venv=$(dirname "$(dirname "$(command -v python3)")")
 touch "$venv/.installed"  # the machine's Python is the environment: make's install step has nothing to do
