@@ -9,6 +9,9 @@ the stored chunk-start state and inverse. All accumulation is fp32; the matrix p
 for bf16/fp16 inputs and full fp32 for fp32 inputs.
 """
 
+import contextlib
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -319,8 +322,22 @@ def _value_block(programs, BV):
     return BV
 
 
+def _on_input_device(function):
+    """Launch the kernels on the CUDA device of the first tensor argument: Triton launches on the current
+    device, which is cuda:0 unless set, so tensors on cuda:1 would otherwise fail or be read wrongly."""
+
+    @functools.wraps(function)
+    def launch(ctx, *args):
+        tensor = next(a for a in args if isinstance(a, torch.Tensor))
+        with torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext():
+            return function(ctx, *args)
+
+    return launch
+
+
 class _DeltaScanFunction(torch.autograd.Function):
     @staticmethod
+    @_on_input_device
     def forward(ctx, q, k, v, g, beta, extra_k, extra_v, initial_state, scale, chunk_size, value_block):
         B, T, H, K = q.shape
         V = v.shape[-1]
@@ -351,6 +368,7 @@ class _DeltaScanFunction(torch.autograd.Function):
         return o, final_state
 
     @staticmethod
+    @_on_input_device
     def backward(ctx, d_o, d_final_state):
         q, k, v, g, beta, extra_k, extra_v, chunk_states, inverses = ctx.saved_tensors
         scale, BT, BK, BV, NT, precision, has_initial = ctx.config

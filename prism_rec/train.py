@@ -193,6 +193,8 @@ def fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig,
     if config.batch_size < world.size:
         raise ValueError(f"option --batch-size: {config.batch_size} windows cannot be shared by {world.size} processes")
     device = world.device(resolve_device(config.device))
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)  # code that launches on the current device (Triton) follows the model
     set_seed(config.seed)
     model = build_model(dataset, backbone, config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)

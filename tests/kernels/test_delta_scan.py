@@ -125,3 +125,11 @@ def test_unknown_backend_and_lonely_extra_are_rejected():
         delta_scan(**inputs, backend="cuda")
     with pytest.raises(ValueError, match="together"):
         delta_scan(**{**inputs, "extra_v": None})
+
+
+@pytest.mark.skipif(not HAS_TRITON or torch.cuda.device_count() < 2, reason="needs triton and two CUDA devices")
+def test_triton_runs_on_a_device_other_than_the_current_one():
+    """Tensors on cuda:1 while cuda:0 is current: the kernels must launch on the tensors' device."""
+    torch.cuda.set_device(0)
+    inputs = make_inputs(T=70, L=2, with_beta=True, with_initial_state=True, **SHAPE, device="cuda:1")
+    assert_close_to(run_with_grads(inputs, "triton"), run_with_grads(inputs, "naive"), rtol=1e-4)
