@@ -12,7 +12,7 @@ from prism_rec.tracking import experiment_id
 def log_child(model: str, world_size: int, tokens_per_s: float, auc: float) -> None:
     with mlflow.start_run(experiment_id=experiment_id("toy")):
         mlflow.set_tags({"prism_rec_role": "child", "model": model, "world_size": str(world_size),
-                         "machine": "toy GPU", "command": "prism-rec bench --dataset toy"})
+                         "machine": "toy GPU", "command": "prism-rec bench --dataset toy", "git_commit": "abc1234"})
         mlflow.log_metrics({"train_tokens_per_s": tokens_per_s, "test_auc": auc, "epochs_run": 3,
                             "best_epoch": 2, "wall_seconds": 10.0})
 
