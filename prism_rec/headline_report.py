@@ -26,11 +26,10 @@ PAPER_TABLE2 = {  # paper Table 2, AUC: Books, Movies, Electronics, Yelp
 PAPER_ABLATION = {"prism": .7134, "prism-L1": .6805, "prism-nogelu": .7047, "prism-noconv": .7076,
                   "prism-nogain": .7098}  # paper Table 3, AUC on Electronics
 LINEAR_MODELS = ("mamba2", "gated_deltanet", "prism", "ttt-linear", "ttt-mlp")
-DEVICE_CALL = ("set -o pipefail; export PYTHONUNBUFFERED=1 PRISM_REC_SHARED_DATA=$PWD/.device_data; "
-               "python3 -m pip install -q --no-deps --no-build-isolation -e . > $OUT/pip_log.txt 2>&1 "
-               "|| { cat $OUT/pip_log.txt; exit 1; }; if [ -f results/headline_manifest.jsonl ]; then "
-               "cp results/headline_manifest.jsonl $OUT/; fi; python3 -m prism_rec.headline run --out $OUT "
-               "--workers 14 --budget 410 --device cuda 2>&1 | tee $OUT/headline_log.txt")
+DEVICE_CALL = (". benchmarks/gpu_setup.sh; set +e; export PRISM_REC_GIT_COMMIT=<HEAD>; "
+               "cp results/headline_manifest.jsonl $OUT/; timeout 530 python3 -m prism_rec.headline run --out $OUT "
+               "--workers 28 --budget 470 --device cuda:0,cuda:1 > $OUT/headline_log.txt 2>&1")
+EARLY_STOP_GAP = 0.05  # a run is listed as stuck when its test AUC is this far below its dataset's best run
 
 
 def _aucs(manifest: list[dict]) -> dict[tuple[str, str], list[float]]:
@@ -161,6 +160,25 @@ def findings(cells: dict, models: list[str]) -> list[str]:
     return lines
 
 
+def early_stops(manifest: list[dict]) -> list[str]:
+    """Runs that ended within 3 x patience epochs with a test AUC more than EARLY_STOP_GAP below the best
+    run of their dataset: a plateau early stopping did not outlast, which widens a cell's seed spread."""
+    best = {}
+    for entry in manifest:
+        best[entry["dataset"]] = max(best.get(entry["dataset"], 0.0), entry["test_auc"])
+    stuck = [e for e in manifest if e["epochs_run"] <= 3 * SETTINGS["patience"]
+             and e["test_auc"] < best[e["dataset"]] - EARLY_STOP_GAP]
+    lines = [f"**Runs stuck early.** Runs that ended within {3 * SETTINGS['patience']} epochs (patience "
+             f"{SETTINGS['patience']}) more than {EARLY_STOP_GAP} AUC below their dataset's best run: "
+             f"{len(stuck)} of {len(manifest)}."]
+    for dataset in DATASETS:
+        runs = sorted((e for e in stuck if e["dataset"] == dataset), key=lambda e: (e["model"], e["seed"]))
+        if runs:
+            lines.append(f"- {dataset} (best run {best[dataset]:.4f}): " + ", ".join(
+                f"{e['model']} s{e['seed']} {e['test_auc']:.4f} after {e['epochs_run']} epochs" for e in runs))
+    return lines
+
+
 def readme(manifest: list[dict]) -> str:
     models = registry.list_backbones()
     cells = _aucs(manifest)
@@ -203,6 +221,8 @@ def readme(manifest: list[dict]) -> str:
         "",
         *findings(cells, models),
         "",
+        *early_stops(manifest),
+        "",
         "## Parameter budgets and training speed",
         "",
         "d_model 64 and 2 heads everywhere. Backbone parameters are those of the sequence mixer stack; the "
@@ -211,16 +231,17 @@ def readme(manifest: list[dict]) -> str:
         "",
         *cost_tables(manifest, models),
         "",
-        "The GPU runs share one H200 between 14 worker processes (GPU utilisation 100% throughout), so tokens/s "
-        "is each run's share, not a solo figure. Runs share the GPU with whichever other runs were in flight, "
+        "The GPU runs share each H200 between 14 worker processes (28 workers over the 2 GPUs of one machine), "
+        "so tokens/s is each run's share, not a solo figure. Runs share the GPU with whichever other runs were in flight, "
         "so these figures compare backbones only roughly; `make throughput` measures solo steps.",
         "",
         "## Reproducing every number",
         "",
         "1. Copy the four data folders into the git-ignored `.device_data/` (`mkdir -p .device_data && cp -r "
         "../shared/data/{books,electronics,movies,yelp} .device_data/`; `/.device_data/` is in `.git/info/exclude`).",
-        "2. On the H200 (device tool, `carry: [\".device_data\"]`, timeout 480 s), this command; it continues "
-        "the committed manifest and skips the runs in it:",
+        "2. On a 2-GPU H200 machine (device tool, kind nvidia-h200-x2, `carry: [\".device_data\", \".triton_cache\"]`, "
+        "timeout 560 s), this command (HEAD's hash for <HEAD>); it continues the committed manifest and skips "
+        "the runs in it:",
         "",
         f"       {DEVICE_CALL}",
         "",

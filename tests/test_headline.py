@@ -121,3 +121,16 @@ def test_jobs_in_flight_at_the_deadline_are_abandoned():
                            on_result=lambda job, result: results.append(result["status"]), abandon_at_deadline=True)
     assert results == [ABANDONED, ABANDONED] and not_started == [30.0]
     assert time.time() - started < 20
+
+
+def test_runs_stuck_on_an_early_plateau_are_listed():
+    from prism_rec.headline_report import early_stops
+
+    def entry(model, seed, auc, epochs):
+        return {"dataset": "electronics-gerec", "model": model, "seed": seed, "test_auc": auc, "epochs_run": epochs}
+
+    manifest = [entry("sasrec", 0, 0.78, 40), entry("prism", 0, 0.61, 12), entry("prism", 1, 0.61, 30),
+                entry("hstu", 0, 0.75, 9)]
+    lines = early_stops(manifest)
+    assert "1 of 4" in lines[0]
+    assert lines[1] == "- electronics-gerec (best run 0.7800): prism s0 0.6100 after 12 epochs"
