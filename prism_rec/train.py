@@ -233,11 +233,14 @@ def fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig,
             shown = tqdm(total=len(batches), initial=progress["next_batch"], desc=f"{backbone} epoch {epoch + 1}/{config.epochs}",
                          leave=False, disable=not (config.progress and world.is_main))
             epoch_start = time.perf_counter()
+            # the loss sum stays on the device until the epoch ends: no host sync per step (float64, so the
+            # sum is the same as adding each step's value on the host)
+            loss_accumulator = torch.tensor(epoch_loss_sum, dtype=torch.float64, device=device)
             for batch_index in range(progress["next_batch"], len(batches)):
                 if world.any(stop.requested, device):
                     progress["next_batch"] = batch_index
                     progress["train_seconds"] += time.perf_counter() - epoch_start
-                    save(epoch_loss_sum)
+                    save(float(loss_accumulator))
                     raise KeyboardInterrupt(f"training stopped at epoch {epoch + 1}, batch {batch_index}")
                 index = batches[batch_index]
                 own, weight = world.share(index), 1.0
@@ -250,12 +253,14 @@ def fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig,
                 # DistributedDataParallel averages gradients over ranks: scale so they add up to the global mean
                 (loss_sum * (weight * world.size / batch_targets)).backward()
                 optimizer.step()
-                epoch_loss_sum += float(loss_sum.detach()) * weight
+                loss_accumulator += loss_sum.detach().double() * weight
                 progress["epoch_loss_count"] += batch_targets
                 shown.update()
-                shown.set_postfix(loss=f"{float(loss_sum.detach()) / max(own_targets, 1):.4f}")
+                if not shown.disable:
+                    shown.set_postfix(loss=f"{float(loss_sum.detach()) / max(own_targets, 1):.4f}")
                 stop.count_batch()
             shown.close()
+            epoch_loss_sum = float(loss_accumulator)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             progress["train_seconds"] += time.perf_counter() - epoch_start
