@@ -1,9 +1,14 @@
 # Source this on an offline GPU machine that received a copy of this tree (as the device tool sends it):
 #   . benchmarks/gpu_setup.sh
-# It installs the wheels carried under .whl/<group>/ (packages the machine's image lacks: mlflow-skinny
-# and its needs, fla-core, recbole; see results/README.md for how they were fetched) into /tmp/site and
-# this project (editable, no dependencies) into the machine's Python, points the shared-subset loader at
-# .device_data (a copy of ../shared/data) and Triton at the carried .triton_cache.
+# It installs the wheels carried under .whl/<group>/ (packages the machine's image lacks) into /tmp/site
+# and this project (editable, no dependencies) into the machine's Python, points the shared-subset loader
+# at .device_data (a copy of ../shared/data) and Triton at the carried .triton_cache. The wheels were
+# fetched here for the machine's Python 3.12 (x86-64) with
+#   pip download --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d DIR PACKAGE==VERSION
+# .whl/mlflow: mlflow-skinny 3.17.2 with the needs its image lacks (alembic, sqlalchemy, pydantic,
+# opentelemetry, databricks-sdk, ...; enough for `make bench` on a sqlite store, not for the UI server);
+# .whl/fla: fla-core 0.6.0 (--no-deps); .whl/recbole: recbole 1.2.1 (--no-deps; it ships ml-100k).
 set -euo pipefail
 wheels=$(find .whl -type f -name '*.whl' 2>/dev/null | sort || true)
 if [ -n "$wheels" ]; then
