@@ -198,7 +198,9 @@ def readme(manifest: list[dict]) -> str:
         "**Protocol.** Leave-one-out split (last item test, second-to-last validation), full-ranking test AUC "
         "against all items, each dataset's default thresholds (results/datasets.md) and window (max_len "
         f"{registry.get_dataset(DATASETS[0]).max_len}). Training: {settings}; AdamW, full softmax cross-entropy; "
-        f"early stopping on validation AUC, best weights restored. Layers: {SETTINGS['n_layers']} for every "
+        f"early stopping on validation AUC, best weights restored. The paper trains with Adam at lr 1e-4; this grid "
+        f"uses the suite's default lr {SETTINGS['lr']:g} with the paper's patience {SETTINGS['patience']} (see 'Runs "
+        "stuck early' below). Layers: {SETTINGS['n_layers']} for every "
         f"backbone except {', '.join(f'{m} {n}' for m, n in LAYERS.items())} (one Titans layer is a memory block "
         f"plus an attention block). Seeds {', '.join(map(str, SEEDS))}. bf16 autocast on the H200. "
         f"{capped} finished run(s) stopped at the {SETTINGS['epochs']}-epoch cap while still improving.",
