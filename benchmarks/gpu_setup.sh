@@ -9,14 +9,20 @@
 # .whl/mlflow: mlflow-skinny 3.17.2 with the needs its image lacks (alembic, sqlalchemy, pydantic,
 # opentelemetry, databricks-sdk, ...; enough for `make bench` on a sqlite store, not for the UI server);
 # .whl/fla: fla-core 0.6.0 (--no-deps); .whl/recbole: recbole 1.2.1 (--no-deps; it ships ml-100k).
-set -euo pipefail
-wheels=$(find .whl -type f -name '*.whl' 2>/dev/null | sort || true)
-if [ -n "$wheels" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . > /tmp/pip_project.log 2>&1 \
-    || { cat /tmp/pip_project.log; exit 1; }
-export PRISM_REC_SHARED_DATA=$PWD/.device_data TRITON_CACHE_DIR=$PWD/.triton_cache PYTHONUNBUFFERED=1
-mkdir -p "$TRITON_CACHE_DIR"
-nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
+# Sourced, it leaves the caller's shell options alone; it returns 1 when an install fails.
+_prism_rec_gpu_setup() {
+    local wheels
+    wheels=$(find .whl -type f -name '*.whl' 2>/dev/null | sort)
+    if [ -n "$wheels" ]; then
+        # shellcheck disable=SC2086  # one argument per wheel
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target /tmp/site $wheels || return 1
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    fi
+    python3 -m pip install -q --no-deps --no-build-isolation -e . > /tmp/pip_project.log 2>&1 \
+        || { cat /tmp/pip_project.log; return 1; }
+    export PRISM_REC_SHARED_DATA=$PWD/.device_data TRITON_CACHE_DIR=$PWD/.triton_cache PYTHONUNBUFFERED=1
+    mkdir -p "$TRITON_CACHE_DIR"
+    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader || true
+}
+_prism_rec_gpu_setup

@@ -17,10 +17,10 @@ mkdir -p "$out/store"
 if [ -n "${2:-}" ]; then cp -r "$2/store/." "$out/store/"; fi
 export MLFLOW_TRACKING_URI="sqlite:///$(cd "$out" && pwd)/store/mlflow.db"
 venv=$(dirname "$(dirname "$(command -v python3)")")
-touch "$venv/.installed"  # the machine's Python is the environment: make's install step has nothing to do
+stamp=$(mktemp)  # the machine's Python is the environment: a fresh stamp tells make's install step so
 python3 -c "from prism_rec.data.sources import load_dataset; print(load_dataset('$dataset').stats())"
 for nproc in ${NPROCS:-2 1}; do
-    make bench VENV="$venv" NPROC="$nproc" DATASET="$dataset" MODELS="${MODELS:-prism,sasrec}" \
+    make bench VENV="$venv" STAMP="$stamp" NPROC="$nproc" DATASET="$dataset" MODELS="${MODELS:-prism,sasrec}" \
         EPOCHS="${EPOCHS:-10}" ARGS="--dropout 0 --no-progress --results-dir $out/results"
 done
 python3 -m prism_rec.scaling --dataset "$dataset" --out "$out/scaling.md"

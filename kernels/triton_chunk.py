@@ -328,8 +328,9 @@ def _on_input_device(function):
 
     @functools.wraps(function)
     def launch(ctx, *args):
-        tensor = next(a for a in args if isinstance(a, torch.Tensor))
-        with torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext():
+        tensor = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        on_cuda = tensor is not None and tensor.is_cuda
+        with torch.cuda.device(tensor.device) if on_cuda else contextlib.nullcontext():
             return function(ctx, *args)
 
     return launch

@@ -1,7 +1,7 @@
 """The headline benchmark: every registered backbone on the four real subsets, 3 seeds, on one GPU.
 
 ``python -m prism_rec.headline run --out DIR`` trains the (dataset, backbone, seed) grid with N worker
-processes sharing one device, or several devices taken in turn (``--device cuda:0,cuda:1``). Each finished run is appended to ``DIR/headline.records.jsonl`` (a full
+processes sharing one device, or several (``--device cuda:0,cuda:1``: worker i on the i-th, cyclically). Each finished run is appended to ``DIR/headline.records.jsonl`` (a full
 run record, see records.py) and ``DIR/headline_manifest.jsonl`` (one line: keys, settings hash, final
 metrics, cost). Runs already in that manifest with the same settings are skipped, so a later call over a
 copy of the manifest continues the grid. Jobs go seed-first (seed 0 of every cell, then seed 1, ...) and
@@ -17,7 +17,6 @@ from the manifest (results/headline_manifest.jsonl).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import shlex
 import statistics
@@ -25,6 +24,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch
 
 from . import registry
 from .data.sources import load_dataset
@@ -92,15 +93,15 @@ def backbone_parameters(model: str, config: TrainConfig) -> int:
     return sum(p.numel() for p in backbone.parameters())
 
 
-def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict],
-                     interactions: dict[str, int]) -> tuple[dict[str, float], bool]:
-    """Expected wall seconds per job label: the mean of the same (dataset, model, settings but seed) in
-    ``manifest``, else interactions x backbone parameters times the median seconds per such unit seen;
-    and whether any time was seen (if not, the figures only rank the jobs)."""
-    hashes = {job.run_hash for job in jobs} | {entry["config_hash"] for entry in manifest}
+def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions: dict[str, int],
+                     grid_hashes: set[str]) -> tuple[dict[str, float], bool]:
+    """Expected wall seconds per job label: the mean of the same (dataset, model) in ``manifest`` among
+    runs with the grid's settings (``grid_hashes``: the settings hash of every cell, any seed), else
+    interactions x backbone parameters times the median seconds per such unit seen; and whether any time
+    was seen (if not, the figures only rank the jobs)."""
     seen: dict[tuple[str, str], list[float]] = {}
     for entry in manifest:
-        if entry["config_hash"] in hashes:
+        if entry["config_hash"] in grid_hashes:
             seen.setdefault((entry["dataset"], entry["model"]), []).append(entry["wall_seconds"])
     parameters = {job.model: backbone_parameters(job.model, job.config) for job in jobs}
     scales = [statistics.fmean(seconds) / (interactions[d] * parameters[m])
@@ -119,10 +120,19 @@ def order_jobs(jobs: list[HeadlineJob], expected: dict[str, float]) -> list[Head
     return sorted(jobs, key=lambda job: (job.config.seed, expected[job.label]))
 
 
-def spread_over_devices(jobs: list[HeadlineJob], devices: list[str]) -> list[HeadlineJob]:
-    """Job i runs on ``devices[i % len(devices)]`` (the device is not part of a run's settings hash)."""
-    return [dataclasses.replace(job, config=dataclasses.replace(job.config, device=devices[i % len(devices)]))
-            for i, job in enumerate(jobs)]
+def check_devices(device: str) -> list[str]:
+    """The devices of ``--device`` (one, or a comma list of CUDA devices); raises naming the bad one."""
+    devices = device.split(",")
+    for name in devices:
+        try:
+            resolved = resolve_device(name)
+        except (RuntimeError, ValueError) as error:
+            raise ValueError(f"option --device: {name!r} is not a usable device ({error})") from None
+        if len(devices) > 1 and (resolved.type != "cuda" or resolved.index is None):
+            raise ValueError(f"option --device: {name!r}: a list takes numbered CUDA devices (cuda:0,cuda:1)")
+        if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ValueError(f"option --device: {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return devices
 
 
 def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_dir: Path, workers: int,
@@ -131,12 +141,8 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
     """Train the grid's cells not yet in ``out_dir``'s manifest; returns counts per outcome."""
     if budget is not None and budget <= 0:
         raise ValueError(f"option --budget: must be > 0 seconds, got {budget}")
-    devices = device.split(",")
-    for name in devices:
-        try:
-            resolve_device(name)
-        except (RuntimeError, ValueError) as error:
-            raise ValueError(f"option --device: {name!r} is not a usable device ({error})") from None
+    devices = check_devices(device)
+    job_device = "cuda" if len(devices) > 1 else devices[0]  # with several, each worker's current device
     deadline = time.time() + budget if budget is not None else float("inf")
     out_dir = Path(out_dir)
     manifest_path, records_path = out_dir / MANIFEST_NAME, out_dir / RECORDS_NAME
@@ -144,18 +150,19 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
     finished = {(e["dataset"], e["model"], e["seed"], e["config_hash"]) for e in manifest}
     loaded = {name: load_dataset(name) for name in datasets}  # prepares the caches the workers read
     interactions = {name: dataset.stats()["interactions"] for name, dataset in loaded.items()}
-    jobs = []
+    jobs, grid_hashes = [], set()
     for name, dataset in loaded.items():
         for model in models:
             for seed in seeds:
-                config = training_config(name, model, seed, devices[0], overrides or {})
+                config = training_config(name, model, seed, job_device, overrides or {})
                 job = HeadlineJob(name, model, config, run_hash(name, dataset.options, model, config), command)
+                grid_hashes.add(job.run_hash)
                 if (name, model, seed, job.run_hash) not in finished:
                     jobs.append(job)
     counts = {"already in manifest": len(datasets) * len(models) * len(seeds) - len(jobs), "finished": 0,
               FAILED: 0, ABANDONED: 0, "not started": 0}
-    expected, timed = estimate_seconds(jobs, manifest, interactions)
-    jobs = spread_over_devices(order_jobs(jobs, expected), devices)
+    expected, timed = estimate_seconds(jobs, manifest, interactions, grid_hashes)
+    jobs = order_jobs(jobs, expected)
     machines = ", ".join(sorted({machine_description(resolve_device(d)) for d in devices}))
     print(f"{len(jobs)} runs to do on {machines} ({', '.join(devices)}) with {workers} worker(s)"
           f"{f', budget {budget:.0f} s' if budget else ''}; {counts['already in manifest']} already in "
@@ -177,7 +184,8 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
             print(f"{job.label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
 
     not_started = run_jobs(jobs, train_cell, workers, deadline, on_result, abandon_at_deadline=True,
-                           expected_seconds=(lambda job: expected[job.label]) if timed else None)
+                           expected_seconds=(lambda job: expected[job.label]) if timed else None,
+                           cuda_devices=devices if len(devices) > 1 else None)
     counts["not started"] = len(not_started)
     print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)
     return counts
@@ -211,7 +219,7 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--workers", type=int, default=1)
     run.add_argument("--budget", type=float, help="wall-clock seconds; no job starts after them")
     run.add_argument("--device", default="auto",
-                     help="auto, cpu, cuda, cuda:N, or a comma list (cuda:0,cuda:1): jobs take them in turn")
+                     help="auto, cpu, cuda, cuda:N, or a comma list (cuda:0,cuda:1): worker i trains on the i-th, cyclically")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="change a training setting (for quick checks), e.g. --set epochs=1")
     imported = commands.add_parser("import", help="log run records into the MLflow store")

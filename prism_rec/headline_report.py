@@ -15,6 +15,7 @@ from . import registry
 from .headline import DATASETS, LAYERS, SEEDS, SETTINGS, backbone_parameters, training_config
 from .files import write_atomically
 from .tables import RESULTS_DIR, finished_child_runs, write_tables
+from .tracking import git_commit
 
 PAPER_COLUMNS = {"books-dealrec": 0, "movies-fedcsr": 1, "electronics-gerec": 2, "yelp-iclrec": 3}
 PAPER_TABLE2 = {  # paper Table 2, AUC: Books, Movies, Electronics, Yelp
@@ -26,19 +27,21 @@ PAPER_TABLE2 = {  # paper Table 2, AUC: Books, Movies, Electronics, Yelp
 PAPER_ABLATION = {"prism": .7134, "prism-L1": .6805, "prism-nogelu": .7047, "prism-noconv": .7076,
                   "prism-nogain": .7098}  # paper Table 3, AUC on Electronics
 LINEAR_MODELS = ("mamba2", "gated_deltanet", "prism", "ttt-linear", "ttt-mlp")
-DEVICE_CALL = (". benchmarks/gpu_setup.sh; set +e; export PRISM_REC_GIT_COMMIT=<HEAD>; "
+DEVICE_CALL = (". benchmarks/gpu_setup.sh || exit 1; export PRISM_REC_GIT_COMMIT={commit}; "
                "cp results/headline_manifest.jsonl $OUT/; timeout 530 python3 -m prism_rec.headline run --out $OUT "
                "--workers 28 --budget 470 --device cuda:0,cuda:1 > $OUT/headline_log.txt 2>&1")
 EARLY_STOP_GAP = 0.05  # a run is listed as stuck when its test AUC is this far below its dataset's best run
 
 
+def newest_entries(manifest: list[dict]) -> dict[tuple[str, str, int], dict]:
+    """The newest (last) manifest entry per (dataset, model, seed)."""
+    return {(entry["dataset"], entry["model"], entry["seed"]): entry for entry in manifest}
+
+
 def _aucs(manifest: list[dict]) -> dict[tuple[str, str], list[float]]:
     """{(dataset, model): test AUCs} of the newest entry per (dataset, model, seed)."""
-    newest: dict[tuple[str, str, int], dict] = {}
-    for entry in manifest:
-        newest[(entry["dataset"], entry["model"], entry["seed"])] = entry
     cells: dict[tuple[str, str], list[float]] = {}
-    for (dataset, model, _), entry in sorted(newest.items()):
+    for (dataset, model, _), entry in sorted(newest_entries(manifest).items()):
         cells.setdefault((dataset, model), []).append(entry["test_auc"])
     return cells
 
@@ -163,6 +166,7 @@ def findings(cells: dict, models: list[str]) -> list[str]:
 def early_stops(manifest: list[dict]) -> list[str]:
     """Runs that ended within 3 x patience epochs with a test AUC more than EARLY_STOP_GAP below the best
     run of their dataset: a plateau early stopping did not outlast, which widens a cell's seed spread."""
+    manifest = list(newest_entries(manifest).values())
     best = {}
     for entry in manifest:
         best[entry["dataset"]] = max(best.get(entry["dataset"], 0.0), entry["test_auc"])
@@ -200,7 +204,7 @@ def readme(manifest: list[dict]) -> str:
         f"{registry.get_dataset(DATASETS[0]).max_len}). Training: {settings}; AdamW, full softmax cross-entropy; "
         f"early stopping on validation AUC, best weights restored. The paper trains with Adam at lr 1e-4; this grid "
         f"uses the suite's default lr {SETTINGS['lr']:g} with the paper's patience {SETTINGS['patience']} (see 'Runs "
-        "stuck early' below). Layers: {SETTINGS['n_layers']} for every "
+        f"stuck early' below). Layers: {SETTINGS['n_layers']} for every "
         f"backbone except {', '.join(f'{m} {n}' for m, n in LAYERS.items())} (one Titans layer is a memory block "
         f"plus an attention block). Seeds {', '.join(map(str, SEEDS))}. bf16 autocast on the H200. "
         f"{capped} finished run(s) stopped at the {SETTINGS['epochs']}-epoch cap while still improving.",
@@ -242,10 +246,10 @@ def readme(manifest: list[dict]) -> str:
         "1. Copy the four data folders into the git-ignored `.device_data/` (`mkdir -p .device_data && cp -r "
         "../shared/data/{books,electronics,movies,yelp} .device_data/`; `/.device_data/` is in `.git/info/exclude`).",
         "2. On a 2-GPU H200 machine (device tool, kind nvidia-h200-x2, `carry: [\".device_data\", \".triton_cache\"]`, "
-        "timeout 560 s), this command (HEAD's hash for <HEAD>); it continues the committed manifest and skips "
+        "timeout 560 s), this command (with the hash of the commit you run); it continues the committed manifest and skips "
         "the runs in it:",
         "",
-        f"       {DEVICE_CALL}",
+        f"       {DEVICE_CALL.format(commit=git_commit())}",
         "",
         "   The training command inside it, as recorded in the runs: " + "; ".join(f"`{c}`" for c in commands) + ".",
         "3. Here: copy the returned `headline_manifest.jsonl` over `results/headline_manifest.jsonl`, keep the "

@@ -1,7 +1,8 @@
-"""Run many independent jobs in worker processes sharing one device, within a wall-clock deadline.
+"""Run many independent jobs in worker processes sharing one or more devices, within a wall-clock deadline.
 
 Each worker is a spawned process that runs one job at a time and is fed the next as soon as it is free,
-so jobs start in the order given. No job starts after the deadline. At the deadline, in-flight jobs either
+so jobs start in the order given (skipping, when estimates are given, those expected to outlast the
+deadline). No job starts after the deadline. At the deadline, in-flight jobs either
 run on to their end (``abandon_at_deadline=False``: the probes pause themselves there) or are terminated
 and reported as abandoned (``abandon_at_deadline=True``). A job that raises, or whose worker dies, is
 reported as failed; the other workers carry on. With one worker, jobs run in this process, one after
@@ -36,11 +37,14 @@ def _call(work: Callable[[Any], dict], job: Any) -> dict:
         return failure(error)
 
 
-def _serve(connection: Connection, work: Callable[[Any], dict], threads: int) -> None:
-    """Worker process: set the thread count, then run the jobs received until None arrives."""
+def _serve(connection: Connection, work: Callable[[Any], dict], threads: int, cuda_device: str | None) -> None:
+    """Worker process: set the thread count (and the current CUDA device), then run the jobs received
+    until None arrives."""
     import torch
 
     torch.set_num_threads(threads)
+    if cuda_device is not None:
+        torch.cuda.set_device(cuda_device)
     while (job := connection.recv()) is not None:
         connection.send(_call(work, job))
 
@@ -53,40 +57,49 @@ class _Worker:
 
 
 def _next_job(queue: list, deadline: float, expected_seconds: Callable[[Any], float] | None) -> Any:
-    """Pop the first job of ``queue`` expected to end before ``deadline`` (any job without an estimate);
-    None when none is."""
+    """Pop the first job of ``queue`` expected to end before ``deadline`` (a job whose estimate is None
+    always qualifies); None when none does."""
     left = deadline - time.time()
     if left <= 0:
         return None
     for index, job in enumerate(queue):
-        if expected_seconds is None or expected_seconds(job) <= left:
+        seconds = None if expected_seconds is None else expected_seconds(job)
+        if seconds is None or seconds <= left:
             return queue.pop(index)
     return None
 
 
 def run_jobs(jobs: list, work: Callable[[Any], dict], workers: int, deadline: float,
              on_result: Callable[[Any, dict], None], abandon_at_deadline: bool = False,
-             expected_seconds: Callable[[Any], float] | None = None) -> list:
+             expected_seconds: Callable[[Any], float | None] | None = None,
+             cuda_devices: list[str] | None = None) -> list:
     """Run ``work(job)`` for ``jobs`` in order on ``workers`` processes; ``on_result(job, result)`` is
     called in this process as each one ends (result["status"] is the job's own, "failed" or "abandoned").
 
     ``work`` must be a module-level function and jobs picklable. ``deadline`` is a ``time.time()``
     value. With ``expected_seconds``, a free worker skips jobs expected to outlast the deadline and takes
-    the first that fits, so fewer are abandoned. Returns the jobs never started.
+    the first that fits, so fewer are abandoned. With ``cuda_devices``, worker i makes
+    ``cuda_devices[i % len]`` its current device for good (one CUDA context per worker), so jobs that
+    ask for plain "cuda" spread over the devices. Returns the jobs never started.
     """
     if workers < 1:
         raise ValueError(f"option --workers: must be >= 1, got {workers}")
     queue = list(jobs)
     if workers == 1:
+        if cuda_devices:
+            import torch
+
+            torch.cuda.set_device(cuda_devices[0])
         while (job := _next_job(queue, deadline, expected_seconds)) is not None:
             on_result(job, _call(work, job))
         return queue
     context = multiprocessing.get_context("spawn")
     threads = max(1, (os.cpu_count() or 1) // workers)
     pool: list[_Worker] = []
-    for _ in range(min(workers, len(queue))):
+    for index in range(min(workers, len(queue))):
         ours, theirs = context.Pipe()
-        process = context.Process(target=_serve, args=(theirs, work, threads), daemon=True)
+        cuda_device = cuda_devices[index % len(cuda_devices)] if cuda_devices else None
+        process = context.Process(target=_serve, args=(theirs, work, threads, cuda_device), daemon=True)
         process.start()
         theirs.close()
         pool.append(_Worker(process, ours))

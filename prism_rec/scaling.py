@@ -22,7 +22,8 @@ AUC_TOLERANCE = 1e-4  # the bound tests/test_ddp.py asserts for 2 gloo processes
 
 
 def newest_runs_by_world_size(dataset: str) -> pd.DataFrame:
-    """The newest finished child run per (model, world size) of ``dataset``'s experiment."""
+    """The newest finished child run per (model, settings hash, world size) of ``dataset``'s experiment
+    (the hash leaves out the device and the process count, so 1 and N processes share it)."""
     import mlflow
 
     runs = mlflow.search_runs(
@@ -33,13 +34,14 @@ def newest_runs_by_world_size(dataset: str) -> pd.DataFrame:
     if runs.empty:
         raise ValueError(f"option --dataset: no finished runs of {dataset!r} in the tracking store")
     runs["world_size"] = runs["tags.world_size"].astype(int)
-    return runs.drop_duplicates(["tags.model", "world_size"], keep="first")
+    return runs.drop_duplicates(["tags.model", "tags.config_hash", "world_size"], keep="first")
 
 
 def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (model, world size): tokens/s, efficiency and AUC against the 1-process run."""
+    """One row per (model, settings, world size): tokens/s, efficiency and AUC against the 1-process run
+    with the same settings."""
     rows = []
-    for model, group in runs.groupby("tags.model", sort=True):
+    for (model, _), group in runs.groupby(["tags.model", "tags.config_hash"], sort=True):
         single = group[group["world_size"] == 1]
         base = single.iloc[0] if len(single) else None
         for _, run in group.sort_values("world_size").iterrows():
@@ -73,18 +75,23 @@ def _markdown(table: pd.DataFrame) -> str:
 def write_report(dataset: str, out: Path) -> Path:
     runs = newest_runs_by_world_size(dataset)
     table = scaling_table(runs)
-    first = runs.iloc[0]
+
+    def distinct(column: str) -> str:
+        return ", ".join(sorted(set(runs[column].dropna()))) if column in runs else "unknown"
+
     gap = "AUC gap to 1 process"
     verdicts = [f"- {row['model']}, {row['processes']} processes: |ΔAUC| = {row[gap]:.2e} "
                 f"({'within' if row[gap] <= AUC_TOLERANCE else 'outside'} the CPU test's {AUC_TOLERANCE:g})"
-                for row in table[table["processes"] > 1].to_dict("records")]
+                for row in table[table["processes"] > 1].to_dict("records") if row[gap] == row[gap]]
+    verdicts += [f"- {row['model']}, {row['processes']} processes: no 1-process run with the same settings"
+                 for row in table[table["processes"] > 1].to_dict("records") if row[gap] != row[gap]]
     text = "\n".join([
         f"# Data-parallel scaling on {dataset}",
         "",
         f"Written {datetime.date.today().isoformat()} by `python -m prism_rec.scaling --dataset {dataset} --out {out}` "
         "from the runs below, which benchmarks/scaling_gpu.sh made with `make bench NPROC=<processes>` (torchrun).",
-        f"Machine: {first.get('tags.machine')}; torch {first.get('tags.torch_version')}, Triton "
-        f"{first.get('tags.triton_version')}; commits {', '.join(sorted(set(runs['tags.git_commit'].dropna())))}.",
+        f"Machine: {distinct('tags.machine')}; torch {distinct('tags.torch_version')}, Triton "
+        f"{distinct('tags.triton_version')}; commits {distinct('tags.git_commit')}.",
         "Commands: " + "; ".join(f"`{c}`" for c in sorted(set(runs["tags.command"].dropna()))),
         "",
         "Tokens/s counts the training targets of all processes per second of training (evaluation excluded); "

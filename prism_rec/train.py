@@ -233,8 +233,8 @@ def fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig,
             shown = tqdm(total=len(batches), initial=progress["next_batch"], desc=f"{backbone} epoch {epoch + 1}/{config.epochs}",
                          leave=False, disable=not (config.progress and world.is_main))
             epoch_start = time.perf_counter()
-            # the loss sum stays on the device until the epoch ends: no host sync per step (float64, so the
-            # sum is the same as adding each step's value on the host)
+            # the loss sum stays on the device until the epoch ends, one host sync fewer per step (float64:
+            # the same sum as adding each step's value on the host)
             loss_accumulator = torch.tensor(epoch_loss_sum, dtype=torch.float64, device=device)
             for batch_index in range(progress["next_batch"], len(batches)):
                 if world.any(stop.requested, device):

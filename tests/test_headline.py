@@ -103,15 +103,14 @@ def test_a_free_worker_skips_jobs_expected_to_outlast_the_deadline():
     assert results == [0.01, 0.02] and not_started == [60.0]
 
 
-def test_jobs_take_the_listed_devices_in_turn(tmp_path):
-    jobs = [headline.HeadlineJob("ml-100k", "sasrec", headline.training_config("ml-100k", "sasrec", seed, "cpu", {}),
-                                 f"hash{seed}", "") for seed in range(3)]
-    spread = headline.spread_over_devices(jobs, ["cuda:0", "cuda:1"])
-    assert [job.config.device for job in spread] == ["cuda:0", "cuda:1", "cuda:0"]
-    assert [job.run_hash for job in spread] == ["hash0", "hash1", "hash2"]
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="--device: 'cuda:1'"):
-            headline.run_headline(["ml-100k"], ["sasrec"], [0], tmp_path, 1, None, device="cpu,cuda:1")
+def test_device_lists_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="--device: 'cpu': a list takes numbered CUDA devices"):
+        headline.check_devices("cpu,cuda:0")
+    with pytest.raises(ValueError, match="--device: 'cuda" + ("': a list takes" if torch.cuda.is_available() else ":0' is not a usable")):
+        headline.check_devices("cuda:0,cuda")
+    with pytest.raises(ValueError, match="--device: 'cuda:99'"):
+        headline.check_devices("cuda:99")
+    assert headline.check_devices("cpu") == ["cpu"]
 
 
 def test_jobs_in_flight_at_the_deadline_are_abandoned():

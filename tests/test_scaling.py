@@ -9,10 +9,10 @@ from prism_rec import scaling
 from prism_rec.tracking import experiment_id
 
 
-def log_child(model: str, world_size: int, tokens_per_s: float, auc: float) -> None:
+def log_child(model: str, world_size: int, tokens_per_s: float, auc: float, settings: str = "h1") -> None:
     with mlflow.start_run(experiment_id=experiment_id("toy")):
         mlflow.set_tags({"prism_rec_role": "child", "model": model, "world_size": str(world_size),
-                         "machine": "toy GPU", "command": "prism-rec bench --dataset toy", "git_commit": "abc1234"})
+                         "machine": "toy GPU", "command": "prism-rec bench --dataset toy", "git_commit": "abc1234", "config_hash": settings})
         mlflow.log_metrics({"train_tokens_per_s": tokens_per_s, "test_auc": auc, "epochs_run": 3,
                             "best_epoch": 2, "wall_seconds": 10.0})
 
@@ -22,13 +22,17 @@ def test_report_compares_each_process_count_with_one(store):
     log_child("prism", 1, 1000.0, 0.80000)
     log_child("prism", 2, 1500.0, 0.80005)
     log_child("sasrec", 2, 3000.0, 0.7)
-    table = scaling.scaling_table(scaling.newest_runs_by_world_size("toy")).set_index(["model", "processes"])
+    log_child("prism", 1, 5000.0, 0.9, settings="other")  # other settings: not the base of the rows above
+    table = scaling.scaling_table(scaling.newest_runs_by_world_size("toy"))
+    assert len(table) == 4
+    table = table[table["train tokens/s"] != 5000.0].set_index(["model", "processes"])
     assert table.loc[("prism", 2), "scaling efficiency"] == pytest.approx(0.75)
     assert table.loc[("prism", 2), "AUC gap to 1 process"] == pytest.approx(5e-5)
     assert table.loc[("prism", 1), "train tokens/s"] == 1000.0
     assert table.loc[("sasrec", 2), "scaling efficiency"] != table.loc[("sasrec", 2), "scaling efficiency"]  # no base
     text = scaling.write_report("toy", store / "scaling.md").read_text()
     assert "prism, 2 processes: |ΔAUC| = 5.00e-05 (within" in text and "| sasrec | 2 | 3,000 | missing |" in text
+    assert "sasrec, 2 processes: no 1-process run with the same settings" in text
 
 
 def test_report_without_runs_names_the_dataset(store):
