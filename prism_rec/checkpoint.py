@@ -8,6 +8,7 @@ interruption at any moment leaves either the previous complete file or the new c
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import random
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .files import write_atomically
 from .tracking import PROJECT_ROOT
 
 CHECKPOINT_DIR = PROJECT_ROOT / "checkpoints"
@@ -36,15 +38,10 @@ def checkpoint_file(dataset: str, model: str, seed: int, run_hash: str, root: Pa
 
 
 def save_atomically(state: dict, path: Path) -> None:
-    """Write ``state`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        torch.save(state, temporary)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    """Write ``state`` (torch.save) to ``path`` through :func:`write_atomically`."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    write_atomically(path, buffer.getvalue())
 
 
 def load(path: Path) -> dict:

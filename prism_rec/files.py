@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -21,3 +22,10 @@ def write_atomically(path: Path, data: str | bytes) -> None:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+def write_figure_atomically(path: Path, figure, dpi: int) -> None:
+    """Write a matplotlib ``figure`` as PNG to ``path`` through :func:`write_atomically`."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi)
+    write_atomically(path, buffer.getvalue())

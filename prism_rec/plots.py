@@ -11,6 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen before pyplot loads)
 import pandas as pd  # noqa: E402
 
+from .files import write_figure_atomically  # noqa: E402
+
 
 def learning_curve(history: list[dict], title: str) -> plt.Figure:
     """Train loss and validation AUC per epoch, side by side."""
@@ -40,8 +42,6 @@ def auc_bar_chart(summary: pd.DataFrame, title: str, path: Path) -> Path:
                       va="bottom", fontsize=8, xytext=(0, 3), textcoords="offset points")
     axes.tick_params(axis="x", rotation=30)
     axes.grid(axis="y", alpha=0.3)
-    temporary = path.with_name(path.name + ".tmp")
-    figure.savefig(temporary, dpi=110, format="png")
+    write_figure_atomically(path, figure, dpi=110)
     plt.close(figure)
-    temporary.replace(path)
     return path

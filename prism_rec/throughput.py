@@ -19,12 +19,10 @@ import argparse
 import datetime
 import gc
 import importlib.util
-import os
 import platform
 import shlex
 import statistics
 import sys
-import tempfile
 import textwrap
 import time
 from dataclasses import dataclass, field
@@ -33,6 +31,7 @@ from pathlib import Path
 import torch
 
 from . import registry
+from .files import write_atomically, write_figure_atomically
 from .model import SequentialRecommender
 from .tracking import git_commit, machine_description, provenance_tags
 from .train import NextItemObjective, TrainConfig, resolve_device
@@ -395,19 +394,6 @@ def markdown_report(results: list[BackboneResults], configuration: Configuration
     return "\n".join(lines)
 
 
-def write_atomically(path: Path, write) -> None:
-    """Call ``write(temporary_path)`` then rename it onto ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(handle)
-    try:
-        write(Path(temporary))
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-
-
 def plot(results: list[BackboneResults], configuration: Configuration, path: Path, title: str) -> None:
     """tokens/s against length (log-log), one line per backbone; the last shape as bars beside it."""
     import matplotlib
@@ -446,7 +432,7 @@ def plot(results: list[BackboneResults], configuration: Configuration, path: Pat
     bars_axis.set_title("\n".join(textwrap.wrap(bars_shape.title, 60)), fontsize=9)
     figure.suptitle(title, fontsize=10)
     figure.tight_layout()
-    write_atomically(path, lambda temporary: figure.savefig(temporary, format="png", dpi=120))
+    write_figure_atomically(path, figure, dpi=120)
     plt.close(figure)
 
 
@@ -493,7 +479,7 @@ def run(models: list[str], configuration: Configuration, device: torch.device, r
         for shape in configuration.shapes:
             results.append(measure_backbone(backbone, shape, configuration, device, deadline))
             report = markdown_report(results, configuration, device, command, mlflow_note)
-            write_atomically(markdown_path, lambda temporary: temporary.write_text(report))
+            write_atomically(markdown_path, report)
     plot(results, configuration, plot_path, f"Training throughput, {machine_description(device)}")
     if log:
         log_to_mlflow(results, configuration, device, command)

@@ -58,7 +58,7 @@ def collect(names: list[str] | None = None, raw_dirs: dict[str, Path] | None = N
         raw_dir = (raw_dirs or {}).get(name)
         try:
             dataset = load_dataset(name, raw_dir=raw_dir, processed_dir=processed_dir)
-        except MissingDataError as error:
+        except MissingDataError:
             notes.append(f"{name}: files not present in {raw_dir or source.default_raw_dir()} (datasets/README.md "
                          f"says what to place there)")
             continue

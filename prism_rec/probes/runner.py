@@ -12,13 +12,12 @@ The results table is rebuilt from the manifest at the end.
 from __future__ import annotations
 
 import hashlib
-import io
 import time
 from pathlib import Path
 
 import torch
 
-from ..files import write_atomically
+from ..checkpoint import save_atomically
 from ..jobs import run_jobs
 from ..tracking import experiment_id, git_commit, machine_description
 from ..train import resolve_device
@@ -38,9 +37,7 @@ def _load_checkpoints(out_dir: Path) -> dict[str, bytes]:
 def _save_checkpoints(out_dir: Path, checkpoints: dict[str, bytes]) -> None:
     path = out_dir / CHECKPOINTS_NAME
     if checkpoints:
-        buffer = io.BytesIO()
-        torch.save(checkpoints, buffer)
-        write_atomically(path, buffer.getvalue())
+        save_atomically(checkpoints, path)
     elif path.exists():
         path.unlink()
 
