@@ -9,6 +9,7 @@ cheapest-first within a seed (the wall time seen earlier for the same cell, else
 parameters scaled by the times seen). With ``--budget`` seconds a job starts only when that estimate
 (once any time has been seen) ends before the deadline, and jobs still running at it are abandoned, unrecorded.
 
+``merge OUT A B`` joins the manifests of calls run side by side (say one per GPU with other workers).
 ``import DIR`` logs the records under DIR (a folder or one records file) into the MLflow store;
 ``tables`` writes results/<dataset>/auc.md and .csv from the store (tables.py) and results/README.md
 from the manifest (results/headline_manifest.jsonl).
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import shlex
 import statistics
 import sys
@@ -29,6 +31,7 @@ import torch
 
 from . import registry
 from .data.sources import load_dataset
+from .files import write_atomically
 from .jobs import ABANDONED, FAILED, run_jobs
 from .records import RECORDS_SUFFIX, append_jsonl, import_records, make_record, read_jsonl, run_hash
 from .tracking import PROJECT_ROOT, machine_description, provenance_tags
@@ -94,15 +97,17 @@ def backbone_parameters(model: str, config: TrainConfig) -> int:
 
 
 def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions: dict[str, int],
-                     grid_hashes: set[str]) -> tuple[dict[str, float], bool]:
+                     grid_hashes: set[str], jobs_per_device: float) -> tuple[dict[str, float], bool]:
     """Expected wall seconds per job label: the mean of the same (dataset, model) in ``manifest`` among
     runs with the grid's settings (``grid_hashes``: the settings hash of every cell, any seed), else
     interactions x backbone parameters times the median seconds per such unit seen; and whether any time
-    was seen (if not, the figures only rank the jobs)."""
+    was seen (if not, the figures only rank the jobs). A time seen while ``jobs_per_device`` of the entry
+    ran at once on its GPU counts in proportion to the concurrency planned now (runs share the GPU's time)."""
     seen: dict[tuple[str, str], list[float]] = {}
     for entry in manifest:
         if entry["config_hash"] in grid_hashes:
-            seen.setdefault((entry["dataset"], entry["model"]), []).append(entry["wall_seconds"])
+            sharing = jobs_per_device / entry.get("jobs_per_device", jobs_per_device)
+            seen.setdefault((entry["dataset"], entry["model"]), []).append(entry["wall_seconds"] * sharing)
     parameters = {job.model: backbone_parameters(job.model, job.config) for job in jobs}
     scales = [statistics.fmean(seconds) / (interactions[d] * parameters[m])
               for (d, m), seconds in seen.items() if d in interactions and m in parameters]
@@ -161,7 +166,8 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
                     jobs.append(job)
     counts = {"already in manifest": len(datasets) * len(models) * len(seeds) - len(jobs), "finished": 0,
               FAILED: 0, ABANDONED: 0, "not started": 0}
-    expected, timed = estimate_seconds(jobs, manifest, interactions, grid_hashes)
+    jobs_per_device = max(1, min(workers, len(jobs))) / len(devices)
+    expected, timed = estimate_seconds(jobs, manifest, interactions, grid_hashes, jobs_per_device)
     jobs = order_jobs(jobs, expected)
     machines = ", ".join(sorted({machine_description(resolve_device(d)) for d in devices}))
     print(f"{len(jobs)} runs to do on {machines} ({', '.join(devices)}) with {workers} worker(s)"
@@ -173,7 +179,7 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
         if result["status"] == "finished":
             record = result["record"]
             append_jsonl(records_path, record)
-            append_jsonl(manifest_path, manifest_entry(record))
+            append_jsonl(manifest_path, {**manifest_entry(record), "jobs_per_device": jobs_per_device})
             metrics = record["metrics"]
             print(f"[{counts['finished']}] {job.label}: test AUC {metrics['test_auc']:.4f}, epochs "
                   f"{metrics['epochs_run']} (best {metrics['best_epoch']}), {metrics['wall_seconds']:.0f} s, "
@@ -189,6 +195,19 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
     counts["not started"] = len(not_started)
     print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)
     return counts
+
+
+def merge_manifests(paths: list[Path]) -> list[dict]:
+    """The entries of ``paths`` in order, each record once (calls started from one base manifest repeat it)."""
+    entries, seen = [], set()
+    for path in paths:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"manifest {path} does not exist")
+        for entry in read_jsonl(path):
+            if entry["record_id"] not in seen:
+                seen.add(entry["record_id"])
+                entries.append(entry)
+    return entries
 
 
 def parse_overrides(pairs: list[str]) -> dict:
@@ -224,6 +243,9 @@ def main(argv: list[str] | None = None) -> None:
                      help="change a training setting (for quick checks), e.g. --set epochs=1")
     imported = commands.add_parser("import", help="log run records into the MLflow store")
     imported.add_argument("source", type=Path, help="a folder holding *.records.jsonl files, or one such file")
+    merged = commands.add_parser("merge", help="join manifests of calls run side by side into one")
+    merged.add_argument("out", type=Path, help="the manifest to write (e.g. results/headline_manifest.jsonl)")
+    merged.add_argument("sources", type=Path, nargs="+", help="manifests to join (the base first)")
     tables = commands.add_parser("tables", help="results/<dataset>/auc.md from the store, results/README.md")
     tables.add_argument("--manifest", type=Path, default=RESULTS_MANIFEST)
     args = parser.parse_args(argv)
@@ -238,6 +260,10 @@ def main(argv: list[str] | None = None) -> None:
                                   args.budget, args.device, parse_overrides(args.set), invocation)
             if counts[FAILED]:
                 sys.exit(1)
+        elif args.command == "merge":
+            entries = merge_manifests(args.sources)
+            write_atomically(args.out, "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries))
+            print(f"wrote {args.out}: {len(entries)} runs")
         elif args.command == "import":
             counts = import_records(args.source, invocation)
             print(f"{counts['imported']} run(s) imported, {counts['already there']} already in the store")

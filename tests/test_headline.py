@@ -133,3 +133,29 @@ def test_runs_stuck_on_an_early_plateau_are_listed():
     lines = early_stops(manifest)
     assert "1 of 4" in lines[0]
     assert lines[1] == "- electronics-gerec (best run 0.7800): prism s0 0.6100 after 12 epochs"
+
+
+def test_time_estimates_follow_the_planned_concurrency():
+    config = headline.training_config("ml-100k", "sasrec", 2, "cpu", {})
+    job = headline.HeadlineJob("ml-100k", "sasrec", config, "hash-s2", "")
+    seen = [{"dataset": "ml-100k", "model": "sasrec", "config_hash": f"hash-s{seed}", "wall_seconds": 140.0,
+             "jobs_per_device": 14.0} for seed in (0, 1)]
+    expected, timed = headline.estimate_seconds([job], seen, {"ml-100k": 1000}, {"hash-s0", "hash-s1", "hash-s2"}, 7.0)
+    assert timed and expected[job.label] == pytest.approx(70.0)
+    other_settings = [{**entry, "config_hash": "elsewhere"} for entry in seen]
+    assert not headline.estimate_seconds([job], other_settings, {"ml-100k": 1000}, {"hash-s2"}, 7.0)[1]
+
+
+def test_manifests_of_side_by_side_calls_merge_once_per_record(tmp_path):
+    from prism_rec.records import append_jsonl
+
+    base = {"record_id": "a", "dataset": "x"}
+    for name, extra in (("one", {"record_id": "b"}), ("two", {"record_id": "c"})):
+        for entry in (base, extra):
+            append_jsonl(tmp_path / name / "m.jsonl", entry)
+    merged = headline.merge_manifests([tmp_path / "one" / "m.jsonl", tmp_path / "two" / "m.jsonl"])
+    assert [e["record_id"] for e in merged] == ["a", "b", "c"]
+    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+        headline.merge_manifests([tmp_path / "missing.jsonl"])
+    headline.main(["merge", str(tmp_path / "out.jsonl"), str(tmp_path / "one" / "m.jsonl"), str(tmp_path / "two" / "m.jsonl")])
+    assert [e["record_id"] for e in read_jsonl(tmp_path / "out.jsonl")] == ["a", "b", "c"]
