@@ -28,8 +28,10 @@ PAPER_ABLATION = {"prism": .7134, "prism-L1": .6805, "prism-nogelu": .7047, "pri
                   "prism-nogain": .7098}  # paper Table 3, AUC on Electronics
 LINEAR_MODELS = ("mamba2", "gated_deltanet", "prism", "ttt-linear", "ttt-mlp")
 DEVICE_CALL = (". benchmarks/gpu_setup.sh || exit 1; export PRISM_REC_GIT_COMMIT={commit}; "
-               "cp results/headline_manifest.jsonl $OUT/; timeout 530 python3 -m prism_rec.headline run --out $OUT "
-               "--workers 28 --budget 470 --device cuda:0,cuda:1 > $OUT/headline_log.txt 2>&1")
+               "run() {{ mkdir -p $OUT/$1; cp results/headline_manifest.jsonl $OUT/$1/; timeout 530 python3 -m "
+               "prism_rec.headline run --out $OUT/$1 --datasets $2 --workers $3 --budget 470 --device $4 "
+               "> $OUT/$1/headline_log.txt 2>&1; }}; run light electronics-gerec,movies-fedcsr 14 cuda:0 & "
+               "run heavy yelp-iclrec,books-dealrec 5 cuda:1 & wait")
 EARLY_STOP_GAP = 0.05  # a run is listed as stuck when its test AUC is this far below its dataset's best run
 
 
@@ -252,9 +254,15 @@ def readme(manifest: list[dict]) -> str:
         f"       {DEVICE_CALL.format(commit=git_commit())}",
         "",
         "   The training command inside it, as recorded in the runs: " + "; ".join(f"`{c}`" for c in commands) + ".",
-        "3. Here: copy the returned `headline_manifest.jsonl` over `results/headline_manifest.jsonl`, keep the "
-        "returned `headline.records.jsonl` under `.headline_runs/<date>/`, then",
+        "   One GPU trains the small subsets 14 runs at a time, the other the large ones 5 at a time, so that "
+        "their runs end inside the call (runs share a GPU's time; the driver starts only runs expected to end "
+        "before the budget). The runs so far were made with one process over both GPUs "
+        "(`--workers 28 --device cuda:0,cuda:1`), which left the large subsets' slower runs unstarted.",
+        "3. Here: join the returned manifests into the committed one and keep the returned records under "
+        "`.headline_runs/<date>/`, then",
         "",
+        "       python -m prism_rec.headline merge results/headline_manifest.jsonl results/headline_manifest.jsonl \\",
+        "           OUT/light/headline_manifest.jsonl OUT/heavy/headline_manifest.jsonl",
         "       python -m prism_rec.headline import .headline_runs/<date>   # MLflow child runs, skips known records",
         "       python -m prism_rec.headline tables                         # results/<dataset>/auc.*, this file",
         "",
