@@ -1,0 +1,93 @@
+"""Registers and spills of delta_scan's Triton kernels for Hopper (sm_90a), compiled here: no GPU needed.
+
+    python benchmarks/kernel_resources.py [--head-dims 32,64] [--chunk-sizes 16,32] [--out FILE]
+
+Compiles the forward and backward kernels (bf16 inputs, beta given) for each head dimension, chunk size
+and L = 0 / L > 0 with the block sizes and warp counts delta_scan would pick, and runs Triton's bundled
+ptxas -v on the PTX. Spills go to local memory on every chunk step, so a configuration that spills
+kilobytes is a lead for the GPU benchmark (benchmarks/kernels_bench.py --chunk-sizes), not a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from prism_rec.files import write_atomically
+from prism_rec.kernels.triton_chunk import _backward_kernel, _forward_kernel, _num_warps
+
+HOPPER = GPUTarget("cuda", 90, 32)
+PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+BF16_POINTERS = {"q_ptr", "k_ptr", "v_ptr", "ek_ptr", "ev_ptr", "o_ptr", "do_ptr", "dfinal_ptr", "dq_ptr", "dk_ptr",
+                 "dv_ptr", "dek_ptr", "dev_ptr"}
+
+
+def compile_ptx(kernel, constants: dict, num_warps: int) -> str:
+    """PTX of ``kernel`` for Hopper with ``constants`` as its constexpr arguments."""
+    signature = {}
+    for name in inspect.signature(kernel.fn).parameters:
+        if name in constants:
+            signature[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            signature[name] = "*bf16" if name in BF16_POINTERS else "*fp32"
+        else:
+            signature[name] = "fp32" if name == "scale" else "i32"
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constants)
+    return triton.compile(source, target=HOPPER, options={"num_warps": num_warps}).asm["ptx"]
+
+
+def resource_usage(ptx: str) -> dict[str, int]:
+    """ptxas -v's registers, stack frame and spill stores (bytes) of the PTX's kernel."""
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as handle:
+        handle.write(ptx)
+    try:
+        report = subprocess.run([str(PTXAS), "-v", "--gpu-name", "sm_90a", handle.name, "-o", os.devnull],
+                                capture_output=True, text=True, check=True).stderr
+    finally:
+        os.remove(handle.name)
+
+    def number(pattern: str) -> int:
+        found = re.search(pattern, report)
+        return int(found.group(1)) if found else 0
+
+    return {"registers": number(r"Used (\d+) registers"), "stack": number(r"(\d+) bytes stack frame"),
+            "spill_stores": number(r"(\d+) bytes spill stores")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--head-dims", default="32,64")
+    parser.add_argument("--chunk-sizes", default="16,32")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    lines = ["| head dim | chunk | extra writes | warps | forward regs / stack / spill B | backward regs / stack / spill B |",
+             "|---:|---:|---|---:|---|---|"]
+    for head_dim in map(int, args.head_dims.split(",")):
+        warps = _num_warps(head_dim, head_dim)
+        for chunk in map(int, args.chunk_sizes.split(",")):
+            for extra in (False, True):
+                shared = dict(HAS_BETA=True, HAS_EXTRA=extra, PRECISION="tf32", BT=chunk, BK=head_dim, BV=head_dim)
+                forward = resource_usage(compile_ptx(_forward_kernel, {**shared, "HAS_INITIAL": False,
+                                                                       "STORE_CHUNK_STATES": True}, warps))
+                backward = resource_usage(compile_ptx(_backward_kernel, {**shared, "HAS_DFINAL": False}, warps))
+                cells = [" / ".join(str(usage[k]) for k in ("registers", "stack", "spill_stores")) for usage in (forward, backward)]
+                lines.append(f"| {head_dim} | {chunk} | {'L > 0' if extra else 'L = 0'} | {warps} | {cells[0]} | {cells[1]} |")
+                print(lines[-1], flush=True)
+    text = (f"Triton {triton.__version__}, ptxas of its wheel, sm_90a, bf16 inputs with beta; command "
+            f"`python benchmarks/kernel_resources.py --head-dims {args.head_dims} --chunk-sizes {args.chunk_sizes}`\n\n"
+            + "\n".join(lines) + "\n")
+    if args.out:
+        write_atomically(args.out, text)
+
+
+if __name__ == "__main__":
+    main()
