@@ -9,7 +9,8 @@
 # .whl/mlflow: mlflow-skinny 3.17.2 with the needs its image lacks (alembic, sqlalchemy, pydantic,
 # opentelemetry, databricks-sdk, ...; enough for `make bench` on a sqlite store, not for the UI server);
 # .whl/fla: fla-core 0.6.0 (--no-deps); .whl/recbole: recbole 1.2.1 (--no-deps; it ships ml-100k).
-# Sourced, it leaves the caller's shell options alone; it returns 1 when an install fails.
+# PRISM_REC_MPS=1 also starts the CUDA MPS daemon. Sourced, it leaves the caller's shell options alone;
+# it returns 1 when an install fails.
 _prism_rec_gpu_setup() {
     local wheels
     wheels=$(find .whl -type f -name '*.whl' 2>/dev/null | sort)
@@ -24,5 +25,13 @@ _prism_rec_gpu_setup() {
     export PRISM_REC_SHARED_DATA=$PWD/.device_data TRITON_CACHE_DIR=$PWD/.triton_cache PYTHONUNBUFFERED=1
     mkdir -p "$TRITON_CACHE_DIR"
     nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader || true
+    if [ "${PRISM_REC_MPS:-0}" = 1 ]; then
+        # CUDA MPS lets the kernels of the many training processes on one GPU run side by side instead of
+        # taking turns (time slices); the processes of this shell find the daemon through the pipe folder.
+        export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+        mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+        nvidia-cuda-mps-control -d && echo "CUDA MPS daemon started" \
+            || echo "CUDA MPS did not start; the processes will share the GPUs by time slices"
+    fi
 }
 _prism_rec_gpu_setup
