@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 from pathlib import Path
 
@@ -22,6 +23,16 @@ def write_atomically(path: Path, data: str | bytes) -> None:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+def jsonl_text(rows: list[dict]) -> str:
+    """``rows`` as JSON lines, keys sorted."""
+    return "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    """Write ``rows`` to ``path`` as JSON lines through :func:`write_atomically`."""
+    write_atomically(path, jsonl_text(rows))
 
 
 def write_figure_atomically(path: Path, figure, dpi: int) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .checkpoint import config_hash
 from .data.core import ProcessedDataset
-from .files import write_atomically
+from .files import jsonl_text, write_atomically
 from .train import TrainConfig
 
 RECORD_FORMAT = "prism-rec-run-1"
@@ -94,7 +94,7 @@ def append_jsonl(path: Path, row: dict) -> None:
     """Add ``row`` as the last line of ``path``, rewriting the file atomically."""
     path = Path(path)
     previous = path.read_text() if path.exists() else ""
-    write_atomically(path, previous + json.dumps(row, sort_keys=True) + "\n")
+    write_atomically(path, previous + jsonl_text([row]))
 
 
 def read_records(source: Path) -> list[dict]:

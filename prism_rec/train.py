@@ -87,6 +87,8 @@ def resolve_device(name: str) -> torch.device:
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"option --device: {name!r} requested but CUDA is not available")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"option --device: {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
 
 

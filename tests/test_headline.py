@@ -113,6 +113,16 @@ def test_device_lists_are_checked(tmp_path):
     assert headline.check_devices("cpu") == ["cpu"]
 
 
+def test_a_cuda_index_beyond_the_machine_is_refused(monkeypatch):
+    from prism_rec.train import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
+    with pytest.raises(ValueError, match="--device: 'cuda:2': this machine has 2 CUDA device"):
+        resolve_device("cuda:2")
+
+
 def test_jobs_in_flight_at_the_deadline_are_abandoned():
     results = []
     started = time.time()

@@ -7,7 +7,7 @@ import json
 import statistics
 from pathlib import Path
 
-from ..files import write_atomically
+from ..files import write_atomically, write_jsonl
 from .settings import ProbeSettings
 from .tasks import PAPER_TABLE4
 
@@ -36,7 +36,7 @@ def load_manifest(out_dir: Path) -> list[dict]:
 
 
 def save_manifest(out_dir: Path, entries: list[dict]) -> None:
-    write_atomically(Path(out_dir) / MANIFEST_NAME, "".join(json.dumps(e, sort_keys=True) + "\n" for e in entries))
+    write_jsonl(Path(out_dir) / MANIFEST_NAME, entries)
 
 
 def entry_identity(entry: dict) -> str:
