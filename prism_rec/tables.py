@@ -87,6 +87,8 @@ def write_tables(dataset: str, results_dir: Path = RESULTS_DIR) -> tuple[Path, P
     commands = sorted(set(runs["tags.command"].dropna()))
     machines = sorted(set(runs["tags.machine"].dropna()))
     commits = sorted(set(runs["tags.git_commit"].dropna()))
+    versions = [f"{name} {', '.join(sorted(set(runs[column].dropna())))}"
+                for name, column in (("torch", "tags.torch_version"), ("Triton", "tags.triton_version")) if column in runs]
     lines = [
         f"# {dataset}: full-ranking test metrics",
         "",
@@ -96,7 +98,7 @@ def write_tables(dataset: str, results_dir: Path = RESULTS_DIR) -> tuple[Path, P
         markdown_table(summary),
         "",
         f"Produced by: {'; '.join(f'`{c}`' for c in commands)}",
-        f"Machine: {'; '.join(machines)}. Commit: {', '.join(commits)}. "
+        f"Machine: {'; '.join(machines)}{''.join(f'; {v}' for v in versions)}. Commit: {', '.join(commits)}. "
         f"Table written {datetime.date.today().isoformat()} (`prism-rec tables` rebuilds it from the MLflow store).",
     ]
     if other_protocols:
