@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from . import registry
-from .train import TrainConfig
+from .train import PRECISIONS, TrainConfig
 
 
 def parse_option(text: str) -> tuple[str, object]:
@@ -57,7 +57,7 @@ def command_bench(args) -> None:
         max_len=args.max_len or source.max_len, batch_size=args.batch_size, lr=args.lr,
         weight_decay=args.weight_decay, epochs=args.epochs, patience=args.patience, loss=args.loss,
         n_negatives=args.n_negatives, eval_batch_size=args.eval_batch_size, device=args.device,
-        progress=not args.no_progress, backbone_options=dict(args.option),
+        progress=not args.no_progress, backbone_options=dict(args.option), precision=args.precision,
     )
     config.validate()
     data_options = {"raw_dir": args.raw_dir, "split": args.split, "dedup": args.dedup,
@@ -123,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--weight-decay", type=float, default=defaults.weight_decay)
     bench.add_argument("--loss", choices=("full", "sampled"), default=defaults.loss)
     bench.add_argument("--n-negatives", type=int, default=defaults.n_negatives)
+    bench.add_argument("--precision", choices=PRECISIONS, default=defaults.precision,
+                       help="bf16: bf16 autocast on CUDA (default); fp32: fp32 with TF32 off (CPU is always fp32)")
     bench.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     bench.add_argument("--split", choices=("loo", "time"), default="loo")
     bench.add_argument("--dedup", choices=("none", "first", "last"), default="none",

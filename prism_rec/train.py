@@ -32,6 +32,7 @@ from .metrics import METRIC_NAMES, MetricMeans, rank_metrics
 from .model import SequentialRecommender
 
 LOSSES = ("full", "sampled")
+PRECISIONS = ("bf16", "fp32")  # bf16: bf16 autocast on CUDA; fp32: fp32 everywhere, TF32 off (CPU is always fp32)
 LOGIT_CHUNK_ROWS = 4096
 CHECKPOINT_FORMAT = "prism-rec-training-1"
 
@@ -57,10 +58,13 @@ class TrainConfig:
     device: str = "auto"
     progress: bool = True
     backbone_options: dict = field(default_factory=dict)
+    precision: str = "bf16"
 
     def validate(self) -> None:
         if self.loss not in LOSSES:
             raise ValueError(f"option --loss: {self.loss!r} is not one of {LOSSES}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"option --precision: {self.precision!r} is not one of {PRECISIONS}")
         for name in ("d_model", "n_layers", "max_len", "batch_size", "epochs", "eval_batch_size", "n_negatives"):
             if getattr(self, name) < 1:
                 raise ValueError(f"option --{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
@@ -75,9 +79,13 @@ class TrainConfig:
         return flat
 
     def identity(self) -> dict:
-        """The params that define a run's result, i.e. all but the device: what a resumed run must match."""
+        """The params that define a run's result, i.e. all but the device: what a resumed run must match.
+        The precision counts only when it is not the default, so runs made before it was an option keep
+        their hashes."""
         params = self.params()
         params.pop("device")
+        if params["precision"] == "bf16":
+            params.pop("precision")
         return params
 
 
@@ -90,6 +98,19 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise ValueError(f"option --device: {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
+
+
+def check_devices(device: str) -> list[str]:
+    """The devices of ``--device`` (one, or a comma list of CUDA devices); raises naming the bad one."""
+    devices = device.split(",")
+    for name in devices:
+        try:
+            resolved = resolve_device(name)
+        except (RuntimeError, ValueError) as error:
+            raise ValueError(f"option --device: {name!r} is not a usable device ({error})") from None
+        if len(devices) > 1 and (resolved.type != "cuda" or resolved.index is None):
+            raise ValueError(f"option --device: {name!r}: a list takes numbered CUDA devices (cuda:0,cuda:1)")
+    return devices
 
 
 def build_model(dataset: ProcessedDataset, backbone: str, config: TrainConfig) -> SequentialRecommender:
@@ -212,7 +233,10 @@ def fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig,
     objective = NextItemObjective(model, config, generators["sampler"])
     trainer = (DistributedDataParallel(objective, device_ids=[device] if device.type == "cuda" else None)
                if world.distributed else objective)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16,
+                              enabled=device.type == "cuda" and config.precision == "bf16")
+    if device.type == "cuda" and config.precision == "fp32":  # this process trains in true fp32 from here on
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     wall_start = time.perf_counter() - progress["wall_seconds"]
 
     def save(epoch_loss_sum: float) -> None:

@@ -18,6 +18,18 @@ def test_same_seed_same_metrics_on_cpu(one_torch_thread):
     assert first["test"] == second["test"] and first["history"] == second["history"]
     other_seed = fit(dataset, "sasrec", TrainConfig(**{**config.__dict__, "seed": 1}))
     assert other_seed["test"] != first["test"]
+    fp32 = fit(dataset, "sasrec", TrainConfig(**{**config.__dict__, "precision": "fp32"}))
+    assert fp32["test"] == first["test"]  # the CPU always trains in fp32
+
+
+def test_precision_enters_the_settings_hash_only_when_not_the_default():
+    from prism_rec.records import run_hash
+
+    assert "precision" not in TrainConfig().identity()  # runs made before --precision keep their hashes
+    assert TrainConfig(precision="fp32").identity()["precision"] == "fp32"
+    assert run_hash("toy", {}, "sasrec", TrainConfig()) != run_hash("toy", {}, "sasrec", TrainConfig(precision="fp32"))
+    with pytest.raises(ValueError, match="option --precision: 'fp16'"):
+        TrainConfig(precision="fp16").validate()
 
 
 def test_bench_logs_runs_and_writes_table(store, tiny, run_cli):

@@ -18,21 +18,26 @@ def log_child(model: str, world_size: int, tokens_per_s: float, auc: float, sett
 
 
 def test_report_compares_each_process_count_with_one(store):
-    log_child("prism", 1, 999.0, 0.5)  # older single-process run: replaced by the newer one below
+    log_child("prism", 1, 999.0, 0.79990)  # older single-process run: the repeat of the newer one below
     log_child("prism", 1, 1000.0, 0.80000)
     log_child("prism", 2, 1500.0, 0.80005)
     log_child("sasrec", 2, 3000.0, 0.7)
     log_child("prism", 1, 5000.0, 0.9, settings="other")  # other settings: not the base of the rows above
     table = scaling.scaling_table(scaling.newest_runs_by_world_size("toy"))
-    assert len(table) == 4
-    table = table[table["train tokens/s"] != 5000.0].set_index(["model", "processes"])
+    assert len(table) == 5
+    repeat = table[table["run"] == "repeat"].iloc[0]
+    assert (repeat["model"], repeat["train tokens/s"], repeat["AUC gap to 1 process"]) == ("prism", 999.0, pytest.approx(1e-4))
+    assert set(table["precision"]) == {"bf16"}  # no precision param: a run from before the option
+    table = table[(table["train tokens/s"] != 5000.0) & (table["run"] == "newest")].set_index(["model", "processes"])
     assert table.loc[("prism", 2), "scaling efficiency"] == pytest.approx(0.75)
     assert table.loc[("prism", 2), "AUC gap to 1 process"] == pytest.approx(5e-5)
     assert table.loc[("prism", 1), "train tokens/s"] == 1000.0
     assert table.loc[("sasrec", 2), "scaling efficiency"] != table.loc[("sasrec", 2), "scaling efficiency"]  # no base
     text = scaling.write_report("toy", store / "scaling.md").read_text()
-    assert "prism, 2 processes: |ΔAUC| = 5.00e-05 (within" in text and "| sasrec | 2 | 3,000 | missing |" in text
-    assert "sasrec, 2 processes: no 1-process run with the same settings" in text
+    assert "prism (bf16), 2 processes: |ΔAUC| = 5.00e-05 (within" in text
+    assert "| sasrec | bf16 | 2 | newest | 3,000 | missing |" in text
+    assert "prism (bf16), 1 process run again: |ΔAUC| = 1.00e-04" in text
+    assert "sasrec (bf16), 2 processes: no 1-process run with the same settings" in text
 
 
 def test_report_without_runs_names_the_dataset(store):
