@@ -32,7 +32,7 @@ from .files import write_jsonl
 from .jobs import ABANDONED, FAILED, run_jobs
 from .records import RECORDS_SUFFIX, append_jsonl, import_records, make_record, read_jsonl, run_hash
 from .tracking import PROJECT_ROOT, machine_description, provenance_tags
-from .train import TrainConfig, fit, resolve_device
+from .train import TrainConfig, check_devices, fit, resolve_device
 
 DATASETS = ("yelp-iclrec", "electronics-gerec", "books-dealrec", "movies-fedcsr")
 SEEDS = (0, 1, 2)
@@ -120,19 +120,6 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
 def order_jobs(jobs: list[HeadlineJob], expected: dict[str, float]) -> list[HeadlineJob]:
     """Seed-first, then cheapest-first by ``expected`` seconds."""
     return sorted(jobs, key=lambda job: (job.config.seed, expected[job.label]))
-
-
-def check_devices(device: str) -> list[str]:
-    """The devices of ``--device`` (one, or a comma list of CUDA devices); raises naming the bad one."""
-    devices = device.split(",")
-    for name in devices:
-        try:
-            resolved = resolve_device(name)
-        except (RuntimeError, ValueError) as error:
-            raise ValueError(f"option --device: {name!r} is not a usable device ({error})") from None
-        if len(devices) > 1 and (resolved.type != "cuda" or resolved.index is None):
-            raise ValueError(f"option --device: {name!r}: a list takes numbered CUDA devices (cuda:0,cuda:1)")
-    return devices
 
 
 def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_dir: Path, workers: int,

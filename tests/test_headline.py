@@ -12,6 +12,7 @@ from prism_rec import headline
 from prism_rec.jobs import ABANDONED, run_jobs
 from prism_rec.metrics import METRIC_NAMES
 from prism_rec.records import import_records, make_record, read_jsonl, read_records
+from prism_rec.train import check_devices
 
 DATA_OPTIONS = {"min_user_interactions": 5, "min_item_interactions": 5, "split": "loo", "dedup": "none",
                 "skipped_lines": 0}
@@ -105,12 +106,12 @@ def test_a_free_worker_skips_jobs_expected_to_outlast_the_deadline():
 
 def test_device_lists_are_checked(tmp_path):
     with pytest.raises(ValueError, match="--device: 'cpu': a list takes numbered CUDA devices"):
-        headline.check_devices("cpu,cuda:0")
+        check_devices("cpu,cuda:0")
     with pytest.raises(ValueError, match="--device: 'cuda" + ("': a list takes" if torch.cuda.is_available() else ":0' is not a usable")):
-        headline.check_devices("cuda:0,cuda")
+        check_devices("cuda:0,cuda")
     with pytest.raises(ValueError, match="--device: 'cuda:99'"):
-        headline.check_devices("cuda:99")
-    assert headline.check_devices("cpu") == ["cpu"]
+        check_devices("cuda:99")
+    assert check_devices("cpu") == ["cpu"]
 
 
 def test_a_cuda_index_beyond_the_machine_is_refused(monkeypatch):

@@ -74,7 +74,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     for name in SETTING_OPTIONS:
         probe.add_argument(f"--{name.replace('_', '-')}", type=type(getattr(defaults, name)), default=None,
                            help=f"override the profile's {name} (paper profile: {getattr(defaults, name)})")
-    probe.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    probe.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N, or a list "
+                       "cuda:0,cuda:1 (worker i on the i-th, cyclically)")
     probe.add_argument("--workers", type=int, default=1, help="training processes at once, sharing the device")
     probe.add_argument("--time-budget", type=float, default=None,
                        help="seconds; start no run after it, pause in-flight ones (checkpointed, resumable)")

@@ -67,6 +67,8 @@ def evaluate(model: ProbeModel, task: str, settings: ProbeSettings, device: torc
 def train_probe(job: ProbeJob) -> dict:
     """Run ``job``; returns {'status': 'finished', 'accuracy', ...} or {'status': 'paused', 'checkpoint', ...}."""
     settings, device = job.settings, resolve_device(job.device)
+    if device.type == "cuda" and device.index is None:  # plain "cuda": the worker's current device
+        device = torch.device("cuda", torch.cuda.current_device())
     torch.manual_seed(job.seed)
     model = ProbeModel(job.model, settings.vocab_size, settings.seq_len, settings.d_model, settings.n_layers,
                        settings.n_heads).to(device)
@@ -112,4 +114,5 @@ def train_probe(job: ProbeJob) -> dict:
         "steps": step,
         "wall_seconds": wall_seconds,
         "n_parameters": sum(p.numel() for p in model.parameters()),
+        "device": str(device),
     }
