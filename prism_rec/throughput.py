@@ -462,6 +462,53 @@ def log_to_mlflow(results: list[BackboneResults], configuration: Configuration, 
                         mlflow.log_metric("peak_memory_mib", case.peak_memory_mib, step=case.length)
 
 
+def import_store(source_uri: str, results_dir: Path) -> int:
+    """Copy the "throughput" runs of the MLflow store at ``source_uri`` (one written on a GPU machine)
+    into the current store, once each (tag ``source_run_id``), and redraw ``<results-dir>/<stem>.png``
+    from the newest run per (backbone, shape); returns the number of runs copied. The report (.md) is the
+    one the measuring machine wrote."""
+    import mlflow
+
+    from .tracking import experiment_id
+
+    source = mlflow.MlflowClient(tracking_uri=source_uri)
+    experiment = source.get_experiment_by_name(EXPERIMENT)
+    runs = source.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"]) if experiment else []
+    if not runs:
+        raise ValueError(f"option --import-store: no runs of experiment {EXPERIMENT!r} in {source_uri}")
+    destination = experiment_id(EXPERIMENT)
+    copied, count = set(mlflow.search_runs([destination]).get("tags.source_run_id", [])), 0
+    for run in reversed(runs):
+        if run.info.run_id in copied:
+            continue
+        count += 1
+        tags = {key: value for key, value in run.data.tags.items() if not key.startswith("mlflow.")}
+        with mlflow.start_run(experiment_id=destination, run_name=run.info.run_name,
+                              tags={**tags, "source_run_id": run.info.run_id}):
+            mlflow.log_params(run.data.params)
+            for key in run.data.metrics:
+                for point in source.get_metric_history(run.info.run_id, key):
+                    mlflow.log_metric(key, point.value, step=point.step)
+    configuration = CONFIGURATIONS[runs[0].data.tags["configuration"]]
+    newest = {}
+    for run in runs:  # newest first
+        tags = run.data.tags
+        if tags.get("configuration") == configuration.name:
+            newest.setdefault((tags["backbone"], tags["shape"]), run)
+    results = []
+    for shape in configuration.shapes:
+        for (backbone, shape_name), run in sorted(newest.items()):
+            if shape_name == shape.name:
+                rates = {p.step: p.value for p in source.get_metric_history(run.info.run_id, "tokens_per_s")}
+                cases = [CaseResult(backbone, shape.name, length, batch, "ok" if length in rates else "not ok",
+                                    step_s=batch * length / rates[length] if length in rates else None)
+                         for length, batch in shape.cases]
+                results.append(BackboneResults(backbone, shape, {}, None, cases))
+    machine = runs[0].data.tags.get("machine", "unknown machine")
+    plot(results, configuration, results_dir / f"{configuration.file_stem}.png", f"Training throughput, {machine}")
+    return count
+
+
 def run(models: list[str], configuration: Configuration, device: torch.device, results_dir: Path,
         use_mlflow: str, total_budget_s: float | None, command: str) -> list[BackboneResults]:
     """Measure every shape of ``configuration`` for each of ``models`` in turn, rewriting the report after
@@ -499,6 +546,11 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def command_throughput(args: argparse.Namespace) -> None:
+    results_dir = Path(args.results_dir) if args.results_dir else RESULTS_DIR
+    if args.import_store:
+        print(f"copied {import_store(args.import_store, results_dir)} run(s) from {args.import_store}; "
+              f"plot redrawn in {results_dir}")
+        return
     device = resolve_device(args.device)
     name = args.config if args.config != "auto" else ("paper" if device.type == "cuda" else "tiny")
     for option, value, least in (("warmup", args.warmup, 1), ("steps", args.steps, 1),
@@ -508,7 +560,6 @@ def command_throughput(args: argparse.Namespace) -> None:
     overrides = {"warmup": args.warmup, "steps": args.steps, "case_budget_s": args.case_budget}
     configuration = Configuration(**{**CONFIGURATIONS[name].__dict__,
                                      **{key: value for key, value in overrides.items() if value is not None}})
-    results_dir = Path(args.results_dir) if args.results_dir else RESULTS_DIR
     run(resolve_models(args.models), configuration, device, results_dir, args.mlflow, args.total_budget,
         command_line(args))
 
@@ -529,6 +580,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--results-dir", help=f"folder of the report and plot (default {RESULTS_DIR})")
     parser.add_argument("--mlflow", choices=("auto", "on", "off"), default="auto",
                         help="log to MLflow: auto = when mlflow is importable")
+    parser.add_argument("--import-store", metavar="URI",
+                        help="measure nothing: copy the throughput runs of this MLflow store (e.g. sqlite:///x.db "
+                             "from a GPU machine) into the current one and redraw the plot from them")
     parser.set_defaults(func=command_throughput)
     return parser
 

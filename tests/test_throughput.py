@@ -78,3 +78,29 @@ def test_option_errors_name_the_option(arguments, message, tmp_path):
     with pytest.raises(SystemExit, match=message):
         throughput.main([*TINY, "--results-dir", str(tmp_path), "--mlflow", "off", *arguments])
     assert not Path(tmp_path / "throughput-tiny.md").exists()
+
+
+def test_import_store_copies_runs_once_and_redraws_the_plot(tmp_path, monkeypatch):
+    device_store, local_store = f"sqlite:///{tmp_path / 'device.db'}", f"sqlite:///{tmp_path / 'local.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", device_store)
+    throughput.main([*TINY, "--models", "sasrec", "--results-dir", str(tmp_path / "device"), "--mlflow", "on"])
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", local_store)
+    mlflow.set_tracking_uri(local_store)
+    throughput.main(["--import-store", device_store, "--results-dir", str(tmp_path / "local")])
+    throughput.main(["--import-store", device_store, "--results-dir", str(tmp_path / "local")])  # a no-op
+    runs = mlflow.search_runs(experiment_names=["throughput"])
+    assert sorted(runs["tags.mlflow.runName"]) == ["sasrec lm-tiny", "sasrec recsys-tiny"]
+    source = mlflow.MlflowClient(tracking_uri=device_store)
+    run = runs[runs["tags.mlflow.runName"] == "sasrec lm-tiny"].iloc[0]
+    copied = mlflow.MlflowClient().get_metric_history(run["run_id"], "tokens_per_s")
+    original = source.get_metric_history(run["tags.source_run_id"], "tokens_per_s")
+    assert [(m.step, m.value) for m in copied] == [(m.step, m.value) for m in original]
+    assert (tmp_path / "local" / "throughput-tiny.png").read_bytes().startswith(b"\x89PNG")
+    assert not (tmp_path / "local" / "throughput-tiny.md").exists()
+
+
+def test_import_store_without_runs_names_the_option(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'local.db'}")
+    with pytest.raises(SystemExit, match="option --import-store: no runs of experiment 'throughput'"):
+        throughput.main(["--import-store", f"sqlite:///{tmp_path / 'empty.db'}"])
