@@ -31,9 +31,9 @@ def single(sequence, token):
 
 def read_parity(s, n_bits=3):
     assert s[-1] == QUERY
-    bits = [t - 4 for t in s[single(s, OP) - n_bits:single(s, OP)]]
-    assert set(bits) <= {0, 1}
-    return 3 if sum(bits) % 2 else 2
+    bit_tokens = s[single(s, OP) - n_bits:single(s, OP)]
+    assert set(bit_tokens) <= {4, 5, 6, 7}
+    return 3 if sum(t % 2 for t in bit_tokens) % 2 else 2
 
 
 def read_local_xor(s):
@@ -81,6 +81,7 @@ HAND_MADE = [  # (task, sequence, expected target)
     ("parity", [9, 5, 4, 5, OP, 7, QUERY], 2),  # bits 1 0 1: even -> FALSE
     ("parity", [5, 5, 5, OP, 8, 9, QUERY], 3),  # bits 1 1 1: odd -> TRUE
     ("parity", [6, 4, 4, 4, OP, QUERY], 2),  # bits 0 0 0
+    ("parity", [7, 5, 6, 7, 6, OP, 5, QUERY], 3),  # bits 0 1 0; bit tokens in the noise do not count
     ("local_xor", [7, 10, 13, OP, 12, QUERY], 3),  # low bits 0, 1 -> TRUE
     ("local_xor", [7, 10, 12, OP, 12, QUERY], 2),  # low bits 0, 0 -> FALSE
     ("local_xor", [7, 11, 12, OP, 12, QUERY], 3),  # low bits 1, 0 -> TRUE
@@ -194,6 +195,18 @@ def test_cli_smoke_writes_table_manifest_and_mlflow(tmp_path, monkeypatch, capsy
     assert "(1/2 seeds)" in table and "Not finished in this invocation (1): parity/sasrec/s1" in table
     assert len(load_manifest(tmp_path)) == 4
     assert all(json.loads(line) for line in (tmp_path / MANIFEST_NAME).read_text().splitlines())
+
+
+def test_runs_of_an_earlier_task_format_are_not_counted(tmp_path, capsys):
+    probe_main([*SMOKE, "--out", str(tmp_path), "--models", "sasrec", "--no-mlflow"])
+    entries = load_manifest(tmp_path)
+    assert {e["task"]: e["task_version"] for e in entries} == {"parity": 2, "mqar": 1}
+    for entry in entries:  # as written before task versions existed (parity then had its first format)
+        del entry["task_version"]
+    (tmp_path / MANIFEST_NAME).write_text("".join(json.dumps(e) + "\n" for e in entries))
+    probe_main([*SMOKE, "--out", str(tmp_path), "--models", "sasrec", "--no-mlflow"])
+    assert "1 probe runs to do" in capsys.readouterr().out  # parity again; the mqar run still counts
+    assert len(load_manifest(tmp_path)) == 3
 
 
 def test_cli_option_errors(tmp_path):

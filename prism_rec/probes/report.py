@@ -9,16 +9,18 @@ from pathlib import Path
 
 from ..files import write_atomically, write_jsonl
 from .settings import ProbeSettings
-from .tasks import PAPER_TABLE4
+from .tasks import PAPER_TABLE4, TASKS
 
 MANIFEST_NAME = "probes_manifest.jsonl"
 TABLE_NAME = "probes.md"
 CHECKPOINTS_NAME = "probes_checkpoints.pt"
 
 
-def run_identity(task: str, model: str, seed: int, settings: ProbeSettings) -> str:
-    """The key under which a finished run is found again: task, model spec, seed and every setting."""
-    return json.dumps([task, model, seed, settings.as_dict()], sort_keys=True)
+def run_identity(task: str, model: str, seed: int, settings: ProbeSettings, version: int | None = None) -> str:
+    """The key under which a finished run is found again: task, model spec, seed, every setting and the
+    task's format version (the current one unless given; version 1 stays out, as before versions existed)."""
+    version = TASKS[task].version if version is None else version
+    return json.dumps([task, model, seed, settings.as_dict(), *([version] if version != 1 else [])], sort_keys=True)
 
 
 def load_manifest(out_dir: Path) -> list[dict]:
@@ -40,7 +42,8 @@ def save_manifest(out_dir: Path, entries: list[dict]) -> None:
 
 
 def entry_identity(entry: dict) -> str:
-    return run_identity(entry["task"], entry["model"], entry["seed"], ProbeSettings(**entry["settings"]))
+    return run_identity(entry["task"], entry["model"], entry["seed"], ProbeSettings(**entry["settings"]),
+                        entry.get("task_version", 1))
 
 
 def _cell(accuracies: list[float], n_seeds: int) -> str:

@@ -24,6 +24,7 @@ from ..train import check_devices, resolve_device
 from .report import (CHECKPOINTS_NAME, MANIFEST_NAME, entry_identity, load_manifest, run_identity, save_manifest,
                      write_results_table)
 from .settings import ProbeSettings, settings_for
+from .tasks import TASKS
 from .train import ProbeJob, train_probe
 
 EXPERIMENT = "probes"
@@ -108,7 +109,8 @@ def run_probes(tasks: list[str], models: list[str], seeds: list[int], profile: s
         identity = run_identity(job.task, job.model, job.seed, job.settings)
         counts[result["status"]] += 1
         if result["status"] == "finished":
-            entry = {"task": job.task, "model": job.model, "seed": job.seed, "profile": profile,
+            entry = {"task": job.task, "task_version": TASKS[job.task].version, "model": job.model, "seed": job.seed,
+                     "profile": profile,
                      "settings": job.settings.as_dict(), "accuracy": result["accuracy"],
                      "final_train_loss": result["final_train_loss"], "loss_curve": result["loss_curve"],
                      "steps": result["steps"], "wall_seconds": round(result["wall_seconds"], 2),
