@@ -206,6 +206,10 @@ def parse_overrides(pairs: list[str]) -> dict:
             overrides[key] = kind(text)
         except ValueError:
             raise ValueError(f"option --set {pair!r}: {text!r} is not a {kind.__name__}") from None
+    try:
+        TrainConfig(**overrides).validate()
+    except ValueError as error:  # validate names the bench option: name --set and the field instead
+        raise ValueError(f"option --set: {str(error).removeprefix('option --')}") from None
     return overrides
 
 

@@ -19,14 +19,15 @@ COLUMN_TITLES = {"auc": "AUC", **{f"{kind}_{k}": f"{kind.upper() if kind == 'ndc
 
 
 PROTOCOL_PARAMS = ("d_model", "dropout", "max_len", "batch_size", "lr", "weight_decay", "epochs", "patience", "loss",
-                   "n_negatives")
+                   "n_negatives", "precision")
+LATER_PARAMS = {"params.precision": "bf16"}  # params added later: the value runs logged before them had
 
 
 def protocol_key(run: pd.Series) -> tuple:
     """The training protocol of a run: data options and the shared training settings (not the model,
     its architecture options, the seed or the device)."""
     names = sorted(c for c in run.index if c.startswith("params.data.")) + [f"params.{p}" for p in PROTOCOL_PARAMS]
-    return tuple((name, run.get(name)) for name in names)
+    return tuple((name, LATER_PARAMS.get(name) if pd.isna(run.get(name)) else run.get(name)) for name in names)
 
 
 def finished_child_runs(experiment: str) -> tuple[pd.DataFrame, int]:

@@ -8,6 +8,7 @@ checkpointed and resumed exactly, and trained data-parallel under torchrun.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import resource
@@ -210,8 +211,26 @@ def fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig,
     SIGTERM stops training (then KeyboardInterrupt is raised); ``resume`` continues from that file and
     reaches the same result as an uninterrupted run. In a data-parallel ``world`` (torchrun), each
     rank trains on its share of every global batch of ``config.batch_size`` windows and rank 0 writes
-    the checkpoint.
+    the checkpoint. ``config.precision`` "fp32" turns TF32 off while it trains (restored after).
     """
+    with _tf32_off(config.precision == "fp32"):
+        return _fit(dataset, backbone, config, on_epoch, checkpoint_path, resume, world)
+
+
+@contextlib.contextmanager
+def _tf32_off(enabled: bool):
+    """TF32 matrix products and convolutions off inside the block when ``enabled``, the flags restored after."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    if enabled:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch, checkpoint_path: Path | None,
+         resume: bool, world: World) -> dict:
     config.validate()
     if config.batch_size < world.size:
         raise ValueError(f"option --batch-size: {config.batch_size} windows cannot be shared by {world.size} processes")
@@ -235,8 +254,6 @@ def fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig,
                if world.distributed else objective)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16,
                               enabled=device.type == "cuda" and config.precision == "bf16")
-    if device.type == "cuda" and config.precision == "fp32":  # this process trains in true fp32 from here on
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     wall_start = time.perf_counter() - progress["wall_seconds"]
 
     def save(epoch_loss_sum: float) -> None:

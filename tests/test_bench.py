@@ -4,6 +4,7 @@ import json
 
 import mlflow
 import pytest
+import torch
 
 from prism_rec.cli import main
 from prism_rec.data.sources import load_dataset
@@ -18,8 +19,10 @@ def test_same_seed_same_metrics_on_cpu(one_torch_thread):
     assert first["test"] == second["test"] and first["history"] == second["history"]
     other_seed = fit(dataset, "sasrec", TrainConfig(**{**config.__dict__, "seed": 1}))
     assert other_seed["test"] != first["test"]
+    tf32_flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     fp32 = fit(dataset, "sasrec", TrainConfig(**{**config.__dict__, "precision": "fp32"}))
     assert fp32["test"] == first["test"]  # the CPU always trains in fp32
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == tf32_flags  # restored
 
 
 def test_precision_enters_the_settings_hash_only_when_not_the_default():
@@ -77,3 +80,18 @@ def test_bad_options_name_the_option(store, capsys, args, expected):
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", *args])
     assert expected in str(exit_info.value) + capsys.readouterr().err
+
+
+def test_fp32_turns_tf32_off_only_inside_the_block():
+    from prism_rec.train import _tf32_off
+
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        with _tf32_off(True):
+            assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        with _tf32_off(False):
+            assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

@@ -114,6 +114,16 @@ def test_device_lists_are_checked(tmp_path):
     assert check_devices("cpu") == ["cpu"]
 
 
+def test_set_overrides_are_checked_and_named():
+    assert headline.parse_overrides(["epochs=3", "precision=fp32"]) == {"epochs": 3, "precision": "fp32"}
+    with pytest.raises(ValueError, match="option --set: precision: 'fp16' is not one of"):
+        headline.parse_overrides(["precision=fp16"])
+    with pytest.raises(ValueError, match="option --set 'epochs=x': 'x' is not a int"):
+        headline.parse_overrides(["epochs=x"])
+    with pytest.raises(ValueError, match="option --set 'seed=1': 'seed' is not one of"):
+        headline.parse_overrides(["seed=1"])
+
+
 def test_a_cuda_index_beyond_the_machine_is_refused(monkeypatch):
     from prism_rec.train import resolve_device
 

@@ -3,6 +3,7 @@
 import pandas as pd
 
 from prism_rec.metrics import METRIC_NAMES
+from prism_rec import tables
 from prism_rec.tables import markdown_table, summarise
 
 
@@ -40,3 +41,10 @@ def test_tables_keep_only_the_newest_protocol(store, tiny, run_cli):
     runs, other_protocols = finished_child_runs("ml-100k")
     assert len(runs) == 1 and other_protocols == 1 and runs["params.epochs"].iloc[0] == "1"
     assert "Left out: 1 finished run(s)" in (store / "r" / "ml-100k" / "auc.md").read_text()
+
+
+def test_runs_from_before_the_precision_param_count_as_bf16():
+    old = pd.Series({"params.d_model": "64", "params.data.split": "loo", "params.precision": float("nan")})
+    new = pd.Series({"params.d_model": "64", "params.data.split": "loo", "params.precision": "bf16"})
+    fp32 = pd.Series({"params.d_model": "64", "params.data.split": "loo", "params.precision": "fp32"})
+    assert tables.protocol_key(old) == tables.protocol_key(new) != tables.protocol_key(fp32)
