@@ -4,7 +4,9 @@
 finished child run of each world size in the dataset's experiment, and writes training tokens/s, the
 scaling efficiency (tokens/s with N processes / (N x tokens/s with 1)) and test AUC of each run, with the
 difference against the single-process run beside the tolerance the CPU test holds two gloo processes to
-(tests/test_ddp.py). benchmarks/scaling_gpu.sh runs the benchmarks and then this report.
+(tests/test_ddp.py). An older 1-process run of the same settings, commit and machine is shown as a
+``repeat``: its gap to the newest is the run-to-run spread. benchmarks/scaling_gpu.sh runs the benchmarks
+and then this report.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ def newest_runs_by_world_size(dataset: str) -> pd.DataFrame:
     """The newest finished child run per (model, settings hash, world size) of ``dataset``'s experiment
     (the hash leaves out the device and the process count, so 1 and N processes share it), and below
     them the second-newest single-process run of each (model, settings hash) where there is one, flagged
-    ``repeat``: the same command run again, whose gap to the newest is the run-to-run spread."""
+    ``repeat``: the same command run again at the same commit on the same machine, whose gap to the
+    newest is the run-to-run spread."""
     import mlflow
 
     runs = mlflow.search_runs(
@@ -37,9 +40,17 @@ def newest_runs_by_world_size(dataset: str) -> pd.DataFrame:
         raise ValueError(f"option --dataset: no finished runs of {dataset!r} in the tracking store")
     runs["world_size"] = runs["tags.world_size"].astype(int)
     runs["repeat"] = False
-    newest = runs.drop_duplicates(["tags.model", "tags.config_hash", "world_size"], keep="first")
+    for tag in ("tags.git_commit", "tags.machine"):
+        if tag not in runs:
+            runs[tag] = None
+    settings = ["tags.model", "tags.config_hash"]
+    newest = runs.drop_duplicates([*settings, "world_size"], keep="first")
     older_single = runs[(runs["world_size"] == 1) & ~runs.index.isin(newest.index)]
-    repeats = older_single.drop_duplicates(["tags.model", "tags.config_hash"], keep="first").assign(repeat=True)
+    newest_single = newest[newest["world_size"] == 1].set_index(settings)[["tags.git_commit", "tags.machine"]]
+    twins = older_single.join(newest_single, on=settings, rsuffix="_newest")
+    same_code = ((twins["tags.git_commit"] == twins["tags.git_commit_newest"])
+                 & (twins["tags.machine"] == twins["tags.machine_newest"]))  # else the gap is not run-to-run spread
+    repeats = older_single[same_code].drop_duplicates(settings, keep="first").assign(repeat=True)
     return pd.concat([newest, repeats])
 
 
@@ -48,14 +59,17 @@ def scaling_table(runs: pd.DataFrame) -> pd.DataFrame:
     1-process run with the same settings; a repeated 1-process run comes after its newer twin."""
     rows = []
     precision = runs["params.precision"] if "params.precision" in runs else pd.Series("bf16", index=runs.index)
-    runs = runs.assign(precision=precision.fillna("bf16"))  # runs from before --precision were bf16
+    precision = precision.fillna("bf16")  # runs from before --precision were bf16
+    device = runs["tags.device"] if "tags.device" in runs else pd.Series("", index=runs.index)
+    on_cpu = device.astype(str).str.startswith("cpu")
+    runs = runs.assign(precision=precision.where(~on_cpu, "fp32"))  # the CPU always trains in fp32
     for (model, _), group in runs.groupby(["tags.model", "tags.config_hash"], sort=True):
         single = group[(group["world_size"] == 1) & ~group["repeat"]]
         base = single.iloc[0] if len(single) else None
         for _, run in group.sort_values(["world_size", "repeat"]).iterrows():
             size, tokens = int(run["world_size"]), float(run["metrics.train_tokens_per_s"])
             rows.append({
-                "model": model, "precision": run["precision"], "processes": size,
+                "model": model, "precision": run["precision"], "commit": run["tags.git_commit"], "processes": size,
                 "run": "repeat" if run["repeat"] else "newest", "train tokens/s": tokens,
                 "scaling efficiency": tokens / (size * float(base["metrics.train_tokens_per_s"]))
                 if base is not None else float("nan"),
