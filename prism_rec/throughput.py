@@ -471,15 +471,23 @@ def import_store(source_uri: str, results_dir: Path) -> int:
 
     from .tracking import experiment_id
 
+    if source_uri.startswith("sqlite:///") and not Path(source_uri[len("sqlite:///"):]).is_file():
+        raise ValueError(f"option --import-store: no such file {source_uri[len('sqlite:///'):]}")
     source = mlflow.MlflowClient(tracking_uri=source_uri)
-    experiment = source.get_experiment_by_name(EXPERIMENT)
-    runs = source.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"]) if experiment else []
+    try:
+        experiment = source.get_experiment_by_name(EXPERIMENT)
+        runs = source.search_runs([experiment.experiment_id], "attributes.status = 'FINISHED'",
+                                  order_by=["attributes.start_time DESC"]) if experiment else []
+    except mlflow.exceptions.MlflowException as error:
+        raise ValueError(f"option --import-store: cannot read {source_uri}: {error}") from None
     if not runs:
-        raise ValueError(f"option --import-store: no runs of experiment {EXPERIMENT!r} in {source_uri}")
+        raise ValueError(f"option --import-store: no finished runs of experiment {EXPERIMENT!r} in {source_uri}")
     destination = experiment_id(EXPERIMENT)
-    copied, count = set(mlflow.search_runs([destination]).get("tags.source_run_id", [])), 0
+    present = mlflow.search_runs([destination], "attributes.status = 'FINISHED'")  # a failed copy is redone
+    done = set(present.get("run_id", [])) | set(present.get("tags.source_run_id", []))  # also: a store into itself
+    count = 0
     for run in reversed(runs):
-        if run.info.run_id in copied:
+        if run.info.run_id in done:
             continue
         count += 1
         tags = {key: value for key, value in run.data.tags.items() if not key.startswith("mlflow.")}
@@ -581,8 +589,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--mlflow", choices=("auto", "on", "off"), default="auto",
                         help="log to MLflow: auto = when mlflow is importable")
     parser.add_argument("--import-store", metavar="URI",
-                        help="measure nothing: copy the throughput runs of this MLflow store (e.g. sqlite:///x.db "
-                             "from a GPU machine) into the current one and redraw the plot from them")
+                        help="measure nothing: copy the finished throughput runs of this MLflow store (e.g. "
+                             "sqlite:///x.db from a GPU machine) into the current one and redraw the plot in "
+                             "--results-dir from them (the measuring options do not apply)")
     parser.set_defaults(func=command_throughput)
     return parser
 

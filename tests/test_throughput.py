@@ -89,6 +89,7 @@ def test_import_store_copies_runs_once_and_redraws_the_plot(tmp_path, monkeypatc
     mlflow.set_tracking_uri(local_store)
     throughput.main(["--import-store", device_store, "--results-dir", str(tmp_path / "local")])
     throughput.main(["--import-store", device_store, "--results-dir", str(tmp_path / "local")])  # a no-op
+    throughput.main(["--import-store", local_store, "--results-dir", str(tmp_path / "local")])  # into itself: too
     runs = mlflow.search_runs(experiment_names=["throughput"])
     assert sorted(runs["tags.mlflow.runName"]) == ["sasrec lm-tiny", "sasrec recsys-tiny"]
     source = mlflow.MlflowClient(tracking_uri=device_store)
@@ -102,5 +103,8 @@ def test_import_store_copies_runs_once_and_redraws_the_plot(tmp_path, monkeypatc
 
 def test_import_store_without_runs_names_the_option(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'local.db'}")
-    with pytest.raises(SystemExit, match="option --import-store: no runs of experiment 'throughput'"):
+    with pytest.raises(SystemExit, match=f"option --import-store: no such file {tmp_path / 'typo.db'}"):
+        throughput.main(["--import-store", f"sqlite:///{tmp_path / 'typo.db'}"])
+    mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'empty.db'}").search_experiments()  # creates the store
+    with pytest.raises(SystemExit, match="option --import-store: no finished runs of experiment 'throughput'"):
         throughput.main(["--import-store", f"sqlite:///{tmp_path / 'empty.db'}"])
