@@ -56,8 +56,8 @@ def _log_to_mlflow(entry: dict, command: str) -> None:
             "task": entry["task"], "model": entry["model"], "seed": str(entry["seed"])})
     with mlflow.start_run(experiment_id=experiment, run_name=f"{entry['task']}-{entry['model']}-s{entry['seed']}",
                           tags=tags):
-        mlflow.log_params({"task": entry["task"], "model": entry["model"], "seed": entry["seed"],
-                           "profile": entry["profile"], **entry["settings"]})
+        mlflow.log_params({"task": entry["task"], "task_version": entry.get("task_version", 1), "model": entry["model"],
+                           "seed": entry["seed"], "profile": entry["profile"], **entry["settings"]})
         for step, loss in entry["loss_curve"]:
             mlflow.log_metric("train_loss", loss, step=step)
         mlflow.log_metrics({"final_accuracy": entry["accuracy"], "final_train_loss": entry["final_train_loss"],

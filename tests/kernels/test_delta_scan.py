@@ -39,7 +39,7 @@ def test_triton_matches_naive(T, L, with_beta):
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
-@pytest.mark.parametrize("chunk_size, value_block", [(16, 16), (64, 32)])
+@pytest.mark.parametrize("chunk_size, value_block", [(16, 16), (32, 16), (64, 32)])
 def test_triton_block_sizes_agree_with_naive(chunk_size, value_block, monkeypatch):
     """Several chunks per program and the value dimension split over programs (partial key-side sums)."""
     import functools
@@ -49,6 +49,14 @@ def test_triton_block_sizes_agree_with_naive(chunk_size, value_block, monkeypatc
     monkeypatch.setattr(triton_chunk, "triton_delta_scan", functools.partial(triton_chunk.triton_delta_scan, chunk_size=chunk_size, value_block=value_block))
     inputs = make_inputs(B=1, T=70, H=2, K=16, V=32, L=2, with_beta=True, with_initial_state=True, device=device_for("triton"))
     assert_close_to(run_with_grads(inputs, "triton"), run_with_grads(inputs, "naive"), rtol=1e-4)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+def test_chunk_length_rule():
+    """Chunks of 16 up to key width 32 (chunks of 32 spill registers there), else 32 once T > 16."""
+    from prism_rec.kernels.triton_chunk import _block_sizes
+
+    assert [_block_sizes(T, K, 64)[0] for T, K in ((200, 32), (200, 16), (200, 64), (200, 128), (12, 64))] == [16, 16, 32, 32, 16]
 
 
 @pytest.mark.parametrize("backend", SCAN_BACKENDS)
