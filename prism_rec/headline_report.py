@@ -15,7 +15,6 @@ from . import registry
 from .headline import DATASETS, LAYERS, SEEDS, SETTINGS, backbone_parameters, training_config
 from .files import write_atomically
 from .tables import RESULTS_DIR, finished_child_runs, write_tables
-from .tracking import git_commit
 
 PAPER_COLUMNS = {"books-dealrec": 0, "movies-fedcsr": 1, "electronics-gerec": 2, "yelp-iclrec": 3}
 PAPER_TABLE2 = {  # paper Table 2, AUC: Books, Movies, Electronics, Yelp
@@ -248,10 +247,10 @@ def readme(manifest: list[dict]) -> str:
         "1. Copy the four data folders into the git-ignored `.device_data/` (`mkdir -p .device_data && cp -r "
         "../shared/data/{books,electronics,movies,yelp} .device_data/`; `/.device_data/` is in `.git/info/exclude`).",
         "2. On a 2-GPU H200 machine (device tool, kind nvidia-h200-x2, `carry: [\".device_data\", \".triton_cache\"]`, "
-        "timeout 560 s), this command (with the hash of the commit you run); it continues the committed manifest and skips "
+        "timeout 560 s), this command (`<commit>`: the short hash of the commit you run, e.g. `git rev-parse --short HEAD`); it continues the committed manifest and skips "
         "the runs in it:",
         "",
-        f"       {DEVICE_CALL.format(commit=git_commit())}",
+        f"       {DEVICE_CALL.format(commit='<commit>')}",
         "",
         "   The training command inside it, as recorded in the runs: " + "; ".join(f"`{c}`" for c in commands) + ".",
         "   GPU 0 trains electronics, movies and yelp 10 runs at a time, GPU 1 books 8 at a time; the two "
