@@ -175,7 +175,7 @@ def main():
     parser.add_argument("--workers", type=int, default=12)
     parser.add_argument("--fla", action="store_true", help="also time fla-core (needs it importable)")
     parser.add_argument("--fla-bypass", action="store_true", help="time fla's backward with its Hopper guard lifted")
-    parser.add_argument("--chunk-sizes", default="", help="comma list: also time these Triton chunk sizes (first shape, L=0 and L=3)")
+    parser.add_argument("--chunk-sizes", default="", help="comma list: also time these Triton chunk sizes (every selected shape, L=0 and L=3)")
     parser.add_argument("--shapes", default="", help="indices into the shape list, comma separated")
     args = parser.parse_args()
     started = time.time()
@@ -187,7 +187,7 @@ def main():
     parts = ("forward", "train")
     tasks = [("ours", s, v, None, p) for s in reversed(shapes) for v in VARIANTS for p in parts]  # longest compiles first
     tasks += [("check", s, v, None, "") for s in shapes for v in VARIANTS if torch.float32 in check_dtypes(s)]
-    tasks += [("ours", s, v, c, p) for s in shapes[:1] for v in ("L=0", "L=3") for c in chunk_sizes for p in parts]
+    tasks += [("ours", s, v, c, p) for s in shapes for v in ("L=0", "L=3") for c in chunk_sizes for p in parts]
     if args.fla:
         tasks += [("fla", s, v, None, p) for s in shapes for v in ("L=0", "SSD") for p in parts]
     context = multiprocessing.get_context("spawn")
@@ -213,7 +213,7 @@ def main():
                 except Exception as error:
                     fla = (fla_fwd_ms, None, f"bwd refused: {str(error).splitlines()[0][:80]}")
             rows.append((shape, variant, ours, fla, reference_backend, errors))
-            for chunk_size in chunk_sizes if variant in ("L=0", "L=3") and shape == shapes[0] else []:
+            for chunk_size in chunk_sizes if variant in ("L=0", "L=3") else []:
                 forward, fwd_bwd, leaves = timed_calls(scan, shape, variant, "ours", chunk_size)
                 sweep_rows.append((shape, variant, chunk_size, bench(forward), bench(fwd_bwd, leaves)))
             write_report(Path(args.out), rows, sweep_rows, args, time.time() - started, final=False)
