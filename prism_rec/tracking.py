@@ -40,15 +40,21 @@ def experiment_id(name: str) -> str:
     return mlflow.create_experiment(name, artifact_location=(artifact_root() / name).resolve().as_uri())
 
 
-def git_commit() -> str:
-    """HEAD's short hash; PRISM_REC_GIT_COMMIT where the tree travelled without .git (the GPU machine)."""
-    if os.environ.get("PRISM_REC_GIT_COMMIT"):
-        return os.environ["PRISM_REC_GIT_COMMIT"]
+def _head_commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT, capture_output=True,
                               text=True, timeout=5).stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+_COMMIT_AT_IMPORT = _head_commit()  # the code this process loaded, even if HEAD moves on while it runs
+
+
+def git_commit() -> str:
+    """HEAD's short hash when this module was imported; PRISM_REC_GIT_COMMIT where the tree travelled
+    without .git (the GPU machine)."""
+    return os.environ.get("PRISM_REC_GIT_COMMIT") or _COMMIT_AT_IMPORT
 
 
 def machine_description(device: torch.device) -> str:

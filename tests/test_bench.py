@@ -95,3 +95,14 @@ def test_fp32_turns_tf32_off_only_inside_the_block():
             assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def test_runs_name_the_commit_their_process_loaded(monkeypatch):
+    from prism_rec import tracking
+
+    monkeypatch.delenv("PRISM_REC_GIT_COMMIT", raising=False)
+    loaded = tracking.git_commit()
+    monkeypatch.setattr(tracking, "_head_commit", lambda: "moved0n")  # HEAD moves on while a run trains
+    assert tracking.git_commit() == loaded
+    monkeypatch.setenv("PRISM_REC_GIT_COMMIT", "d3v1ce0")  # the GPU machine, where .git does not travel
+    assert tracking.git_commit() == "d3v1ce0"
