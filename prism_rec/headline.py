@@ -29,9 +29,9 @@ from pathlib import Path
 from . import registry
 from .data.sources import load_dataset
 from .files import write_jsonl
-from .jobs import ABANDONED, FAILED, run_jobs
+from .jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
 from .records import RECORDS_SUFFIX, append_jsonl, import_records, make_record, read_jsonl, run_hash
-from .tracking import PROJECT_ROOT, machine_description, provenance_tags
+from .tracking import PROJECT_ROOT, provenance_tags
 from .train import TrainConfig, check_devices, fit, resolve_device
 
 DATASETS = ("yelp-iclrec", "electronics-gerec", "books-dealrec", "movies-fedcsr")
@@ -128,8 +128,7 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
     """Train the grid's cells not yet in ``out_dir``'s manifest; returns counts per outcome."""
     if budget is not None and budget <= 0:
         raise ValueError(f"option --budget: must be > 0 seconds, got {budget}")
-    devices = check_devices(device)
-    job_device = "cuda" if len(devices) > 1 else devices[0]  # with several, each worker's current device
+    devices = WorkerDevices(check_devices(device))
     deadline = time.time() + budget if budget is not None else float("inf")
     out_dir = Path(out_dir)
     manifest_path, records_path = out_dir / MANIFEST_NAME, out_dir / RECORDS_NAME
@@ -141,18 +140,17 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
     for name, dataset in loaded.items():
         for model in models:
             for seed in seeds:
-                config = training_config(name, model, seed, job_device, overrides or {})
+                config = training_config(name, model, seed, devices.job_device, overrides or {})
                 job = HeadlineJob(name, model, config, run_hash(name, dataset.options, model, config), command)
                 grid_hashes.add(job.run_hash)
                 if (name, model, seed, job.run_hash) not in finished:
                     jobs.append(job)
     counts = {"already in manifest": len(datasets) * len(models) * len(seeds) - len(jobs), "finished": 0,
               FAILED: 0, ABANDONED: 0, "not started": 0}
-    jobs_per_device = max(1, min(workers, len(jobs))) / len(devices)
+    jobs_per_device = max(1, min(workers, len(jobs))) / len(devices.names)
     expected, timed = estimate_seconds(jobs, manifest, interactions, grid_hashes, jobs_per_device)
     jobs = order_jobs(jobs, expected)
-    machines = ", ".join(sorted({machine_description(resolve_device(d)) for d in devices}))
-    print(f"{len(jobs)} runs to do on {machines} ({', '.join(devices)}) with {workers} worker(s)"
+    print(f"{len(jobs)} runs to do on {devices.describe()} with {workers} worker(s)"
           f"{f', budget {budget:.0f} s' if budget else ''}; {counts['already in manifest']} already in "
           f"{manifest_path}", flush=True)
 
@@ -173,7 +171,7 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
 
     not_started = run_jobs(jobs, train_cell, workers, deadline, on_result, abandon_at_deadline=True,
                            expected_seconds=(lambda job: expected[job.label]) if timed else None,
-                           cuda_devices=devices if len(devices) > 1 else None)
+                           cuda_devices=devices.cuda_devices)
     counts["not started"] = len(not_started)
     print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)
     return counts

@@ -25,6 +25,31 @@ ABANDONED = "abandoned"
 POLL_SECONDS = 1.0
 
 
+@dataclass(frozen=True)
+class WorkerDevices:
+    """The devices of a pool's ``--device`` (checked by train.check_devices): one that every job names, or
+    several CUDA devices, worker i on the i-th (``run_jobs(cuda_devices=...)``) and jobs asking for plain
+    "cuda", the worker's current device."""
+
+    names: list[str]
+
+    @property
+    def job_device(self) -> str:
+        return "cuda" if len(self.names) > 1 else self.names[0]
+
+    @property
+    def cuda_devices(self) -> list[str] | None:
+        return self.names if len(self.names) > 1 else None
+
+    def describe(self) -> str:
+        """The machines and the device names, for a log line."""
+        from .tracking import machine_description
+        from .train import resolve_device
+
+        machines = ", ".join(sorted({machine_description(resolve_device(name)) for name in self.names}))
+        return f"{machines} ({', '.join(self.names)})"
+
+
 def failure(error: BaseException) -> dict:
     """The result of a job that raised: status "failed", the error in one line and its traceback."""
     return {"status": FAILED, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}

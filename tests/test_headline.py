@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from prism_rec import headline
-from prism_rec.jobs import ABANDONED, run_jobs
+from prism_rec.jobs import ABANDONED, WorkerDevices, run_jobs
 from prism_rec.metrics import METRIC_NAMES
 from prism_rec.records import import_records, make_record, read_jsonl, read_records
 from prism_rec.train import check_devices
@@ -180,3 +180,12 @@ def test_manifests_of_side_by_side_calls_merge_once_per_record(tmp_path):
         headline.merge_manifests([tmp_path / "missing.jsonl"])
     headline.main(["merge", str(tmp_path / "out.jsonl"), str(tmp_path / "one" / "m.jsonl"), str(tmp_path / "two" / "m.jsonl")])
     assert [e["record_id"] for e in read_jsonl(tmp_path / "out.jsonl")] == ["a", "b", "c"]
+
+
+def test_worker_devices_one_or_several():
+    one, two = WorkerDevices(["cpu"]), WorkerDevices(["cuda:0", "cuda:1"])
+    assert (one.job_device, one.cuda_devices) == ("cpu", None)
+    assert (two.job_device, two.cuda_devices) == ("cuda", ["cuda:0", "cuda:1"])  # worker i: the i-th, current
+    from prism_rec.tracking import machine_description
+
+    assert one.describe() == f"{machine_description(torch.device('cpu'))} (cpu)"

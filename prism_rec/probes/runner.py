@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import save_atomically
-from ..jobs import run_jobs
+from ..jobs import WorkerDevices, run_jobs
 from ..tracking import experiment_id, git_commit, machine_description
-from ..train import check_devices, resolve_device
+from ..train import check_devices
 from .report import (CHECKPOINTS_NAME, MANIFEST_NAME, entry_identity, load_manifest, run_identity, save_manifest,
                      write_results_table)
 from .settings import ProbeSettings, settings_for
@@ -84,14 +84,13 @@ def run_probes(tasks: list[str], models: list[str], seeds: list[int], profile: s
     if time_budget is not None and time_budget <= 0:
         raise ValueError(f"option --time-budget: must be > 0 seconds, got {time_budget}")
     out_dir = Path(out_dir)
-    devices = check_devices(device)
-    job_device = "cuda" if len(devices) > 1 else str(resolve_device(devices[0]))  # several: each worker's own
+    devices = WorkerDevices(check_devices(device))
     settings_by_task: dict[str, ProbeSettings] = {task: settings_for(profile, task, overrides) for task in tasks}
     deadline = time.time() + time_budget if time_budget is not None else float("inf")
     manifest = load_manifest(out_dir)
     finished = {entry_identity(entry) for entry in manifest}
     checkpoints = _load_checkpoints(out_dir)
-    pending = [ProbeJob(task, model, seed, settings_by_task[task], job_device, deadline,
+    pending = [ProbeJob(task, model, seed, settings_by_task[task], devices.job_device, deadline,
                         checkpoints.get(run_identity(task, model, seed, settings_by_task[task])))
                for seed in seeds for task in tasks for model in models  # seed outermost: whole seeds finish first
                if run_identity(task, model, seed, settings_by_task[task]) not in finished]
@@ -99,8 +98,7 @@ def run_probes(tasks: list[str], models: list[str], seeds: list[int], profile: s
               "finished": 0, "paused": 0, "failed": 0, "not started": 0}
     unfinished: list[str] = []
     total = len(pending)
-    machines = ", ".join(sorted({machine_description(resolve_device(name)) for name in devices}))
-    print(f"{total} probe runs to do on {machines} ({', '.join(devices)}) with {workers} worker(s)"
+    print(f"{total} probe runs to do on {devices.describe()} with {workers} worker(s)"
           f"{f', budget {time_budget:.0f} s' if time_budget else ''}; {counts['skipped (already in manifest)']} "
           f"already in {out_dir}", flush=True)
 
@@ -137,7 +135,7 @@ def run_probes(tasks: list[str], models: list[str], seeds: list[int], profile: s
             print(f"{label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
 
     not_started = run_jobs(pending, train_probe, workers, deadline, record,
-                           cuda_devices=devices if len(devices) > 1 else None)
+                           cuda_devices=devices.cuda_devices)
     counts["not started"] = len(not_started)
     unfinished += [f"{j.task}/{j.model}/s{j.seed}" for j in not_started]
     table = write_results_table(out_dir, tasks, models, seeds, settings_by_task, profile, command, unfinished)
