@@ -471,8 +471,9 @@ def import_store(source_uri: str, results_dir: Path) -> int:
 
     from .tracking import experiment_id
 
-    if source_uri.startswith("sqlite:///") and not Path(source_uri[len("sqlite:///"):]).is_file():
-        raise ValueError(f"option --import-store: no such file {source_uri[len('sqlite:///'):]}")
+    database = source_uri.removeprefix("sqlite:///")
+    if database != source_uri and not Path(database).is_file():
+        raise ValueError(f"option --import-store: no such file {database}")
     source = mlflow.MlflowClient(tracking_uri=source_uri)
     try:
         experiment = source.get_experiment_by_name(EXPERIMENT)
