@@ -30,8 +30,15 @@ _prism_rec_gpu_setup() {
         # taking turns (time slices); the processes of this shell find the daemon through the pipe folder.
         export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
         mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-        nvidia-cuda-mps-control -d && echo "CUDA MPS daemon started" \
-            || echo "CUDA MPS did not start; the processes will share the GPUs by time slices"
+        if nvidia-cuda-mps-control -d && timeout 120 python3 -c \
+            "import torch; [torch.ones(1, device=f'cuda:{i}').sum().item() for i in range(torch.cuda.device_count())]"
+        then
+            echo "CUDA MPS daemon started; a client reached every GPU through it"
+        else
+            echo "CUDA MPS did not start or serve a client; the processes will share the GPUs by time slices"
+            echo quit | nvidia-cuda-mps-control 2>/dev/null
+            unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+        fi
     fi
 }
 _prism_rec_gpu_setup

@@ -5,9 +5,12 @@ processes sharing one device, or several (``--device cuda:0,cuda:1``: worker i o
 run record, see records.py) and ``DIR/headline_manifest.jsonl`` (one line: keys, settings hash, final
 metrics, cost). Runs already in that manifest with the same settings are skipped, so a later call over a
 copy of the manifest continues the grid. Jobs go seed-first (seed 0 of every cell, then seed 1, ...) and
-cheapest-first within a seed (the wall time seen earlier for the same cell, else interactions x backbone
-parameters scaled by the times seen). With ``--budget`` seconds a job starts only when that estimate
-(once any time has been seen) ends before the deadline, and jobs still running at it are abandoned, unrecorded.
+longest-first within a seed (the wall time seen earlier for the same cell, else interactions x backbone
+parameters scaled by the times seen), so the short ones fill the end of a budget. With ``--budget`` seconds
+a job starts only when that estimate (once any time has been seen), corrected by how long this call's
+finished runs took against theirs, ends before the deadline; jobs still running at it are abandoned,
+unrecorded. Manifest lines say how the runs shared the GPU (``gpu_sharing``: "mps" when the driver ran
+as a client of an NVIDIA MPS server, which lets kernels of several processes run at once).
 
 ``merge OUT A B`` joins the manifests of calls run side by side (say one per GPU with other workers).
 ``import DIR`` logs the records under DIR (a folder or one records file) into the MLflow store;
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import shlex
 import statistics
 import sys
@@ -118,8 +122,32 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
 
 
 def order_jobs(jobs: list[HeadlineJob], expected: dict[str, float]) -> list[HeadlineJob]:
-    """Seed-first, then cheapest-first by ``expected`` seconds."""
-    return sorted(jobs, key=lambda job: (job.config.seed, expected[job.label]))
+    """Seed-first, then longest-first by ``expected`` seconds (short jobs pack the end of a budget)."""
+    return sorted(jobs, key=lambda job: (job.config.seed, -expected[job.label]))
+
+
+class CorrectedEstimates:
+    """Expected seconds of a job: its prior estimate times the median ratio of actual to expected seconds
+    among the runs finished so far (1 before the first), so a prior that scaled the times seen at another
+    concurrency, or without MPS, too pessimistically or too optimistically corrects itself as runs end."""
+
+    def __init__(self, prior: dict[str, float]):
+        self.prior, self.ratios = prior, []
+
+    def finished(self, job: HeadlineJob, seconds: float) -> None:
+        self.ratios.append(seconds / self.prior[job.label])
+
+    def __call__(self, job: HeadlineJob) -> float:
+        return self.prior[job.label] * (statistics.median(self.ratios) if self.ratios else 1.0)
+
+
+def gpu_sharing(device: str) -> str:
+    """How runs on ``device`` share a GPU: "mps" when CUDA_MPS_PIPE_DIRECTORY names a live MPS server's
+    folder (benchmarks/headline_gpu.sh sets it), "time-slicing" on CUDA otherwise, "none" off CUDA."""
+    if not device.startswith("cuda"):
+        return "none"
+    pipes = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    return "mps" if pipes and (Path(pipes) / "control").exists() else "time-slicing"
 
 
 def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_dir: Path, workers: int,
@@ -148,9 +176,11 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
     counts = {"already in manifest": len(datasets) * len(models) * len(seeds) - len(jobs), "finished": 0,
               FAILED: 0, ABANDONED: 0, "not started": 0}
     jobs_per_device = max(1, min(workers, len(jobs))) / len(devices.names)
-    expected, timed = estimate_seconds(jobs, manifest, interactions, grid_hashes, jobs_per_device)
-    jobs = order_jobs(jobs, expected)
-    print(f"{len(jobs)} runs to do on {devices.describe()} with {workers} worker(s)"
+    prior, timed = estimate_seconds(jobs, manifest, interactions, grid_hashes, jobs_per_device)
+    jobs, expected = order_jobs(jobs, prior), CorrectedEstimates(prior)
+    sharing_mode = gpu_sharing(devices.job_device)
+    print(f"{len(jobs)} runs to do on {devices.describe()} with {workers} worker(s) "
+          f"(GPU sharing: {sharing_mode})"
           f"{f', budget {budget:.0f} s' if budget else ''}; {counts['already in manifest']} already in "
           f"{manifest_path}", flush=True)
 
@@ -159,8 +189,10 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
         if result["status"] == "finished":
             record = result["record"]
             append_jsonl(records_path, record)
-            append_jsonl(manifest_path, {**manifest_entry(record), "jobs_per_device": jobs_per_device})
+            append_jsonl(manifest_path, {**manifest_entry(record), "jobs_per_device": jobs_per_device,
+                                         "gpu_sharing": sharing_mode})
             metrics = record["metrics"]
+            expected.finished(job, metrics["wall_seconds"])
             print(f"[{counts['finished']}] {job.label}: test AUC {metrics['test_auc']:.4f}, epochs "
                   f"{metrics['epochs_run']} (best {metrics['best_epoch']}), {metrics['wall_seconds']:.0f} s, "
                   f"{metrics['train_tokens_per_s']:,.0f} tokens/s", flush=True)
@@ -170,7 +202,7 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
             print(f"{job.label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
 
     not_started = run_jobs(jobs, train_cell, workers, deadline, on_result, abandon_at_deadline=True,
-                           expected_seconds=(lambda job: expected[job.label]) if timed else None,
+                           expected_seconds=expected if timed else None,
                            cuda_devices=devices.cuda_devices)
     counts["not started"] = len(not_started)
     print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)

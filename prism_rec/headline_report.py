@@ -26,11 +26,7 @@ PAPER_TABLE2 = {  # paper Table 2, AUC: Books, Movies, Electronics, Yelp
 PAPER_ABLATION = {"prism": .7134, "prism-L1": .6805, "prism-nogelu": .7047, "prism-noconv": .7076,
                   "prism-nogain": .7098}  # paper Table 3, AUC on Electronics
 LINEAR_MODELS = ("mamba2", "gated_deltanet", "prism", "ttt-linear", "ttt-mlp")
-DEVICE_CALL = (". benchmarks/gpu_setup.sh || exit 1; export PRISM_REC_GIT_COMMIT={commit}; "
-               "run() {{ mkdir -p $OUT/$1; cp results/headline_manifest.jsonl $OUT/$1/; timeout 530 python3 -m "
-               "prism_rec.headline run --out $OUT/$1 --datasets $2 --workers $3 --budget 470 --device $4 "
-               "> $OUT/$1/headline_log.txt 2>&1; }}; run gpu0 electronics-gerec,movies-fedcsr,yelp-iclrec 10 "
-               "cuda:0 & run gpu1 books-dealrec 8 cuda:1 & wait")
+DEVICE_CALL = "PRISM_REC_GIT_COMMIT={commit} benchmarks/headline_gpu.sh $OUT"
 EARLY_STOP_GAP = 0.05  # a run is listed as stuck when its test AUC is this far below its dataset's best run
 
 
@@ -164,6 +160,25 @@ def findings(cells: dict, models: list[str]) -> list[str]:
     return lines
 
 
+def gpu_sharing_note(manifest: list[dict]) -> str:
+    """One paragraph on how the GPU runs shared their GPU (the manifest's ``jobs_per_device`` and
+    ``gpu_sharing``; lines written before ``gpu_sharing`` existed ran in time slices)."""
+    gpu_runs = [entry for entry in manifest if "jobs_per_device" in entry and "H200" in entry.get("machine", "")]
+    if not gpu_runs:
+        return "No run in the manifest trained on a GPU."
+    counts = sorted({entry["jobs_per_device"] for entry in gpu_runs})
+    modes = {}
+    for entry in gpu_runs:
+        mode = entry.get("gpu_sharing", "time-slicing")
+        modes[mode] = modes.get(mode, 0) + 1
+    words = {"mps": "through a CUDA MPS server", "time-slicing": "in time slices"}
+    shared = ", ".join(f"{count} {words.get(mode, mode)}" for mode, count in sorted(modes.items()))
+    return (f"The GPU runs shared each H200 with {' or '.join(f'{c:g}' for c in counts)} worker processes "
+            f"(the manifest's `jobs_per_device`; runs: {shared}), so tokens/s is each run's share, not a solo "
+            "figure, and depends on whichever other runs were in flight: these figures compare backbones only "
+            "roughly; `make throughput` measures solo steps.")
+
+
 def early_stops(manifest: list[dict]) -> list[str]:
     """Runs that ended within 3 x patience epochs with a test AUC more than EARLY_STOP_GAP below the best
     run of their dataset: a plateau early stopping did not outlast, which widens a cell's seed spread."""
@@ -238,32 +253,32 @@ def readme(manifest: list[dict]) -> str:
         "",
         *cost_tables(manifest, models),
         "",
-        "The GPU runs share each H200 between 5 and 14 worker processes (the manifest records each run's "
-        "`jobs_per_device`), so tokens/s is each run's share, not a solo figure. Runs share the GPU with whichever other runs were in flight, "
-        "so these figures compare backbones only roughly; `make throughput` measures solo steps.",
+        gpu_sharing_note(manifest),
         "",
         "## Reproducing every number",
         "",
         "1. Copy the four data folders into the git-ignored `.device_data/` (`mkdir -p .device_data && cp -r "
         "../shared/data/{books,electronics,movies,yelp} .device_data/`; `/.device_data/` is in `.git/info/exclude`).",
         "2. On a 2-GPU H200 machine (device tool, kind nvidia-h200-x2, `carry: [\".device_data\", \".triton_cache\"]`, "
-        "timeout 560 s), this command (`<commit>`: the short hash of the commit you run, e.g. `git rev-parse --short HEAD`); it continues the committed manifest and skips "
-        "the runs in it:",
+        "timeout 590 s), this command (`<commit>`: the short hash of the commit you run, e.g. `git rev-parse --short HEAD`); "
+        "it continues the committed manifest and skips the runs in it:",
         "",
         f"       {DEVICE_CALL.format(commit='<commit>')}",
         "",
         "   The training command inside it, as recorded in the runs: " + "; ".join(f"`{c}`" for c in commands) + ".",
-        "   GPU 0 trains electronics, movies and yelp 10 runs at a time, GPU 1 books 8 at a time; the two "
-        "drivers take disjoint datasets, so they never train the same cell (runs share a GPU's time; a driver "
-        "starts only runs expected to end before its budget). Earlier calls split the grid otherwise (the "
-        "recorded commands): one driver over both GPUs with 28 workers, which left the large subsets' slower "
-        "runs unstarted; then the small subsets 14 at a time beside yelp and books 5 at a time, which finished "
-        "45 small-subset but only 12 large-subset runs in one call.",
+        "   benchmarks/headline_gpu.sh starts a CUDA MPS server (so the kernels of the many small trainings run "
+        "side by side rather than in turns; it falls back to time slices if the server does not serve) and one "
+        "driver with 24 workers, 12 per GPU, over all four subsets, longest runs first within a seed and a run "
+        "started only when it is expected to end within the 520-s budget (the expected times, scaled from "
+        "earlier calls, are corrected by the runs that finish). Earlier calls split the grid otherwise (the "
+        "recorded commands above): one driver over both GPUs with 28 workers, cheapest runs first, which left "
+        "the large subsets' slower runs unstarted; then the small subsets 14 at a time beside yelp and books 5 "
+        "at a time, which finished 45 small-subset but only 12 large-subset runs in one call.",
         "3. Here: join the returned manifests into the committed one and keep the returned records under "
         "`.headline_runs/<date>/`, then",
         "",
         "       python -m prism_rec.headline merge results/headline_manifest.jsonl results/headline_manifest.jsonl \\",
-        "           OUT/gpu0/headline_manifest.jsonl OUT/gpu1/headline_manifest.jsonl",
+        "           .headline_runs/<date>/headline_manifest.jsonl",
         "       python -m prism_rec.headline import .headline_runs/<date>   # MLflow child runs, skips known records",
         "       python -m prism_rec.headline tables                         # results/<dataset>/auc.*, this file",
         "",

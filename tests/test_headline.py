@@ -80,7 +80,7 @@ def test_manifest_resume_skips_finished_runs_and_orders_seed_first(tmp_path, fak
     counts = headline.run_headline(["ml-100k"], ["sasrec", "hstu"], [0, 1], tmp_path, 1, None)
     assert counts["finished"] == 4
     assert [label.split("/")[2] for label in fake_training] == ["s0", "s0", "s1", "s1"]
-    assert fake_training[0].endswith("hstu/s0")  # fewer backbone parameters: cheaper, so first
+    assert fake_training[0].endswith("sasrec/s0")  # more backbone parameters: longer, so first
     assert len(read_jsonl(tmp_path / headline.MANIFEST_NAME)) == 4
     fake_training.clear()
     counts = headline.run_headline(["ml-100k"], ["sasrec", "hstu"], [0, 1, 2], tmp_path, 1, None)
@@ -167,6 +167,38 @@ def test_time_estimates_follow_the_planned_concurrency():
     assert not headline.estimate_seconds([job], other_settings, {"ml-100k": 1000}, {"hash-s2"}, 7.0)[1]
 
 
+def _job(model: str, seed: int) -> "headline.HeadlineJob":
+    return headline.HeadlineJob("ml-100k", model, headline.training_config("ml-100k", model, seed, "cpu", {}),
+                                f"hash-{model}-s{seed}", "")
+
+
+def test_jobs_go_seed_first_then_longest_first():
+    jobs = [_job(model, seed) for seed in (1, 0) for model in ("sasrec", "prism", "hstu")]
+    expected = {job.label: {"sasrec": 10.0, "prism": 30.0, "hstu": 20.0}[job.model] for job in jobs}
+    order = [job.label for job in headline.order_jobs(jobs, expected)]
+    assert order == ["ml-100k/prism/s0", "ml-100k/hstu/s0", "ml-100k/sasrec/s0",
+                     "ml-100k/prism/s1", "ml-100k/hstu/s1", "ml-100k/sasrec/s1"]
+
+
+def test_estimates_correct_themselves_by_the_runs_finished_in_this_call():
+    fast, slow, unseen = _job("sasrec", 0), _job("prism", 0), _job("hstu", 0)
+    estimates = headline.CorrectedEstimates({fast.label: 100.0, slow.label: 300.0, unseen.label: 200.0})
+    assert estimates(unseen) == 200.0  # nothing finished yet: the prior
+    estimates.finished(fast, 50.0)  # took half its estimate
+    estimates.finished(slow, 120.0)  # 0.4 of it
+    assert estimates(unseen) == pytest.approx(200.0 * 0.45)
+
+
+def test_gpu_sharing_names_a_live_mps_server_only(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    assert headline.gpu_sharing("cpu") == "none"
+    assert headline.gpu_sharing("cuda:1") == "time-slicing"
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path))
+    assert headline.gpu_sharing("cuda") == "time-slicing"  # no server's control pipe there
+    (tmp_path / "control").touch()
+    assert headline.gpu_sharing("cuda") == "mps"
+
+
 def test_manifests_of_side_by_side_calls_merge_once_per_record(tmp_path):
     from prism_rec.records import append_jsonl
 
@@ -189,3 +221,14 @@ def test_worker_devices_one_or_several():
     from prism_rec.tracking import machine_description
 
     assert one.describe() == f"{machine_description(torch.device('cpu'))} (cpu)"
+
+
+def test_the_sharing_note_counts_runs_by_how_they_shared_the_gpu():
+    from prism_rec.headline_report import gpu_sharing_note
+
+    gpu = {"machine": "NVIDIA H200 (CUDA 13.0)"}
+    manifest = [{**gpu, "jobs_per_device": 14.0}, {**gpu, "jobs_per_device": 12.0, "gpu_sharing": "mps"},
+                {**gpu, "jobs_per_device": 12.0, "gpu_sharing": "mps"}, {"machine": "cpu", "jobs_per_device": 4.0}]
+    note = gpu_sharing_note(manifest)
+    assert "with 12 or 14 worker processes" in note
+    assert "runs: 2 through a CUDA MPS server, 1 in time slices" in note
