@@ -232,3 +232,22 @@ def test_the_sharing_note_counts_runs_by_how_they_shared_the_gpu():
     note = gpu_sharing_note(manifest)
     assert "with 12 or 14 worker processes" in note
     assert "runs: 2 through a CUDA MPS server, 1 in time slices" in note
+
+
+def test_equal_means_share_their_average_rank():
+    from prism_rec.headline_report import DATASETS, mean_ranks
+
+    cells = {(DATASETS[0], "a"): [0.9], (DATASETS[0], "b"): [0.8], (DATASETS[0], "c"): [0.8], (DATASETS[0], "d"): [0.7]}
+    assert mean_ranks(cells, ["a", "b", "c", "d"]) == {"a": (1.0, 1), "b": (2.5, 1), "c": (2.5, 1), "d": (4.0, 1)}
+
+
+def test_the_same_seed_check_names_the_runs_that_differ():
+    from prism_rec.headline_report import same_seed_check
+
+    def entry(model, seed, auc, commit="abc1234"):
+        return {"dataset": "yelp-iclrec", "model": model, "seed": seed, "test_auc": auc, "git_commit": commit}
+
+    manifest = [entry("gated_deltanet", 0, 0.9), entry("prism-L0", 0, 0.9), entry("gated_deltanet", 1, 0.8),
+                entry("prism-L0", 1, 0.80002, "def5678"), entry("gated_deltanet", 2, 0.7)]
+    line = same_seed_check(manifest, "prism-L0", "gated_deltanet")
+    assert "to every digit in 1 of 2 runs; different in yelp-iclrec s1 (2.0e-05; commits def5678 and abc1234)." in line
