@@ -306,10 +306,12 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, chunk
 
 
 def _block_sizes(T, K, V):
-    """Chunk length and padded key/value widths. Chunks of 16 at key width <= 32: on an H200 at
-    (256, 200, 4, 32) they time 0.63 ms (L=0) and 1.44 ms (L=3) forward+backward against 1.43 and
-    11.2 ms with chunks of 32, whose L>0 backward spills registers (results/kernels.md)."""
-    BT = 16 if T <= 16 or K <= 32 else 32
+    """Chunk length and padded key/value widths. Chunks of 16 at key width <= 64: on an H200,
+    forward+backward at L=0 / L=3, they time 0.63 / 1.44 ms at (256, 200, 4, 32) against 1.43 / 11.2 ms
+    with chunks of 32 (whose L>0 backward spills registers), 0.78 / 2.10 against 1.14 / 4.17 ms at
+    (256, 200, 2, 64) and 3.06 / 7.85 against 3.24 / 11.98 ms at (64, 1024, 4, 64) (results/kernels.md);
+    key width 128 was not timed and keeps chunks of 32."""
+    BT = 16 if T <= 16 or K <= 64 else 32
     return BT, max(16, triton.next_power_of_2(K)), max(16, triton.next_power_of_2(V))
 
 
