@@ -30,8 +30,12 @@ _prism_rec_gpu_setup() {
         # taking turns (time slices); the processes of this shell find the daemon through the pipe folder.
         export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
         mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-        if nvidia-cuda-mps-control -d && timeout 120 python3 -c \
-            "import torch; [torch.ones(1, device=f'cuda:{i}').sum().item() for i in range(torch.cuda.device_count())]"
+        # a daemon left by an earlier call on a warm machine (one cut off before its quit) goes first
+        echo quit | nvidia-cuda-mps-control > /dev/null 2>&1 && sleep 2
+        if nvidia-cuda-mps-control -d && timeout 120 python3 -c "import torch
+n = torch.cuda.device_count()
+assert n > 0, 'no CUDA device through MPS'
+[torch.ones(1, device=f'cuda:{i}').sum().item() for i in range(n)]"
         then
             echo "CUDA MPS daemon started; a client reached every GPU through it"
         else

@@ -19,8 +19,10 @@ PRISM_REC_MPS=${PRISM_REC_MPS:-1}
 mkdir -p "$out"
 cp results/headline_manifest.jsonl "$out/"
 datasets=${DATASETS:-yelp-iclrec,electronics-gerec,books-dealrec,movies-fedcsr}
-python3 -m prism_rec.headline run --out "$out" --datasets "$datasets" --workers "${WORKERS:-24}" \
-    --budget "${BUDGET:-520}" --device "${DEVICE:-cuda:0,cuda:1}" > "$out/headline_log.txt" 2>&1
+budget=${BUDGET:-520}
+# runs still in flight at the budget are abandoned within seconds; the timeout guards the call's limit
+timeout $((budget + 45)) python3 -m prism_rec.headline run --out "$out" --datasets "$datasets" \
+    --workers "${WORKERS:-24}" --budget "$budget" --device "${DEVICE:-cuda:0,cuda:1}" > "$out/headline_log.txt" 2>&1
 status=$?
 if [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ]; then echo quit | nvidia-cuda-mps-control; fi
 tail -n 3 "$out/headline_log.txt"

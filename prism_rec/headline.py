@@ -128,22 +128,30 @@ def order_jobs(jobs: list[HeadlineJob], expected: dict[str, float]) -> list[Head
 
 class CorrectedEstimates:
     """Expected seconds of a job: its prior estimate times the median ratio of actual to expected seconds
-    among the runs finished so far (1 before the first), so a prior that scaled the times seen at another
-    concurrency, or without MPS, too pessimistically or too optimistically corrects itself as runs end."""
+    among the runs finished so far, once ``MIN_RUNS`` have (1 before), so a prior that scaled the times seen
+    at another concurrency, or without MPS, too pessimistically or too optimistically corrects itself as
+    runs end (waiting for a few keeps the first, shortest runs from setting it alone)."""
+
+    MIN_RUNS = 3
 
     def __init__(self, prior: dict[str, float]):
         self.prior, self.ratios = prior, []
 
     def finished(self, job: HeadlineJob, seconds: float) -> None:
-        self.ratios.append(seconds / self.prior[job.label])
+        if self.prior[job.label] > 0:
+            self.ratios.append(seconds / self.prior[job.label])
 
     def __call__(self, job: HeadlineJob) -> float:
-        return self.prior[job.label] * (statistics.median(self.ratios) if self.ratios else 1.0)
+        correction = statistics.median(self.ratios) if len(self.ratios) >= self.MIN_RUNS else 1.0
+        return self.prior[job.label] * correction
 
 
 def gpu_sharing(device: str) -> str:
-    """How runs on ``device`` share a GPU: "mps" when CUDA_MPS_PIPE_DIRECTORY names a live MPS server's
-    folder (benchmarks/headline_gpu.sh sets it), "time-slicing" on CUDA otherwise, "none" off CUDA."""
+    """How runs on ``device`` (a --device name; "auto" is resolved) share a GPU: "mps" when
+    CUDA_MPS_PIPE_DIRECTORY names a folder holding an MPS server's control pipe (gpu_setup.sh sets it
+    once a client got through), "time-slicing" on CUDA otherwise, "none" off CUDA."""
+    if device == "auto":
+        device = resolve_device(device).type
     if not device.startswith("cuda"):
         return "none"
     pipes = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")

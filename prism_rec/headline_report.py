@@ -131,10 +131,9 @@ def _compare(cells: dict, dataset: str, better: str, worse: str) -> str:
     return text + f", {verdict} the seed spread (sum of the two std {spread:.4f})"
 
 
-def same_seed_check(manifest: list[dict], model: str, reference: str) -> str:
-    """How closely ``model`` reproduces ``reference`` seed by seed (PRISM at L = 0 is Gated DeltaNet: same
-    parameters, same initialisation order, so the same seed should give the same run); runs that differ
-    are named with their commits."""
+def same_seed_check(manifest: list[dict], model: str, reference: str, why: str) -> str:
+    """How closely ``model`` reproduces ``reference`` seed by seed (``why`` says why it should); runs that
+    differ are named with their commits."""
     entries = newest_entries(manifest)
     pairs = [(key, entries[(key[0], model, key[2])], entry) for key, entry in sorted(entries.items())
              if key[1] == reference and (key[0], model, key[2]) in entries]
@@ -143,8 +142,7 @@ def same_seed_check(manifest: list[dict], model: str, reference: str) -> str:
     differing = [f"{dataset} s{seed} ({abs(ours['test_auc'] - theirs['test_auc']):.1e}; commits "
                  f"{ours['git_commit']} and {theirs['git_commit']})"
                  for (dataset, _, seed), ours, theirs in pairs if ours["test_auc"] != theirs["test_auc"]]
-    return (f"**{model} against {reference}, seed by seed** (PRISM at L = 0 is Gated DeltaNet, built with the "
-            f"same parameters in the same order): the same test AUC to every digit in "
+    return (f"**{model} against {reference}, seed by seed** ({why}): the same test AUC to every digit in "
             f"{len(pairs) - len(differing)} of {len(pairs)} runs"
             + (f"; different in {', '.join(differing)}." if differing else "."))
 
@@ -153,7 +151,8 @@ def findings(cells: dict, models: list[str], manifest: list[dict]) -> list[str]:
     lines = ["**PRISM vs Gated DeltaNet (its L = 0 case).** A gap counts as beyond the seed spread when it exceeds "
              "the sum of the two sample standard deviations (3 seeds each at full coverage)."]
     lines += [f"- {_compare(cells, d, 'prism', 'gated_deltanet')}" for d in DATASETS]
-    lines += ["", same_seed_check(manifest, "prism-L0", "gated_deltanet")]
+    lines += ["", same_seed_check(manifest, "prism-L0", "gated_deltanet", "PRISM at L = 0 is Gated DeltaNet, "
+                                  "built with the same parameters in the same order")]
     lines += ["", "**Ablation order (paper Table 3: full > no nonlinearity > L = 1).**"]
     for dataset in DATASETS:
         trio = [(m, cells.get((dataset, m))) for m in ("prism", "prism-nogelu", "prism-L1")]
@@ -194,7 +193,7 @@ def gpu_sharing_note(manifest: list[dict]) -> str:
     words = {"mps": "through a CUDA MPS server", "time-slicing": "in time slices"}
     shared = ", ".join(f"{count} {words.get(mode, mode)}" for mode, count in sorted(modes.items()))
     return (f"The GPU runs shared each H200 with {' or '.join(f'{c:g}' for c in counts)} worker processes "
-            f"(the manifest's `jobs_per_device`; runs: {shared}), so tokens/s is each run's share, not a solo "
+            f"on average (the manifest's `jobs_per_device`, workers per GPU while the call began; runs: {shared}), so tokens/s is each run's share, not a solo "
             "figure, and depends on whichever other runs were in flight: these figures compare backbones only "
             "roughly; `make throughput` measures solo steps.")
 

@@ -81,11 +81,20 @@ def test_manifest_resume_skips_finished_runs_and_orders_seed_first(tmp_path, fak
     assert counts["finished"] == 4
     assert [label.split("/")[2] for label in fake_training] == ["s0", "s0", "s1", "s1"]
     assert fake_training[0].endswith("sasrec/s0")  # more backbone parameters: longer, so first
-    assert len(read_jsonl(tmp_path / headline.MANIFEST_NAME)) == 4
+    manifest = read_jsonl(tmp_path / headline.MANIFEST_NAME)
+    assert len(manifest) == 4
+    assert {(entry["gpu_sharing"], entry["jobs_per_device"]) for entry in manifest} == {("none", 1.0)}
     fake_training.clear()
     counts = headline.run_headline(["ml-100k"], ["sasrec", "hstu"], [0, 1, 2], tmp_path, 1, None)
     assert counts["already in manifest"] == 4 and counts["finished"] == 2
     assert sorted(fake_training) == ["ml-100k/hstu/s2", "ml-100k/sasrec/s2"]
+
+
+def test_finished_runs_feed_the_time_estimates(tmp_path, fake_training, monkeypatch):
+    fed = []
+    monkeypatch.setattr(headline.CorrectedEstimates, "finished", lambda self, job, seconds: fed.append(job.label))
+    headline.run_headline(["ml-100k"], ["sasrec"], [0, 1], tmp_path, 1, None)
+    assert fed == ["ml-100k/sasrec/s0", "ml-100k/sasrec/s1"]
 
 
 def test_budget_stops_starting_jobs(tmp_path, fake_training, monkeypatch):
@@ -183,15 +192,17 @@ def test_jobs_go_seed_first_then_longest_first():
 def test_estimates_correct_themselves_by_the_runs_finished_in_this_call():
     fast, slow, unseen = _job("sasrec", 0), _job("prism", 0), _job("hstu", 0)
     estimates = headline.CorrectedEstimates({fast.label: 100.0, slow.label: 300.0, unseen.label: 200.0})
-    assert estimates(unseen) == 200.0  # nothing finished yet: the prior
     estimates.finished(fast, 50.0)  # took half its estimate
     estimates.finished(slow, 120.0)  # 0.4 of it
-    assert estimates(unseen) == pytest.approx(200.0 * 0.45)
+    assert estimates(unseen) == 200.0  # fewer than MIN_RUNS finished: the prior
+    estimates.finished(unseen, 160.0)  # 0.8 of it
+    assert estimates(unseen) == pytest.approx(200.0 * 0.5)  # the median ratio
 
 
-def test_gpu_sharing_names_a_live_mps_server_only(tmp_path, monkeypatch):
+def test_gpu_sharing_is_mps_only_where_a_server_control_pipe_is(tmp_path, monkeypatch):
     monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
     assert headline.gpu_sharing("cpu") == "none"
+    assert headline.gpu_sharing("auto") == ("time-slicing" if torch.cuda.is_available() else "none")
     assert headline.gpu_sharing("cuda:1") == "time-slicing"
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path))
     assert headline.gpu_sharing("cuda") == "time-slicing"  # no server's control pipe there
@@ -249,5 +260,6 @@ def test_the_same_seed_check_names_the_runs_that_differ():
 
     manifest = [entry("gated_deltanet", 0, 0.9), entry("prism-L0", 0, 0.9), entry("gated_deltanet", 1, 0.8),
                 entry("prism-L0", 1, 0.80002, "def5678"), entry("gated_deltanet", 2, 0.7)]
-    line = same_seed_check(manifest, "prism-L0", "gated_deltanet")
+    line = same_seed_check(manifest, "prism-L0", "gated_deltanet", "the same model")
+    assert line.startswith("**prism-L0 against gated_deltanet, seed by seed** (the same model): ")
     assert "to every digit in 1 of 2 runs; different in yelp-iclrec s1 (2.0e-05; commits def5678 and abc1234)." in line

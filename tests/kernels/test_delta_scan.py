@@ -52,6 +52,14 @@ def test_triton_block_sizes_agree_with_naive(chunk_size, value_block, monkeypatc
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+def test_triton_matches_naive_at_head_width_64():
+    """The default tiles at the width of the throughput shapes: chunks of 16, keys and values 64 wide."""
+    inputs = make_inputs(B=1, T=40, H=1, K=64, V=64, L=2, with_beta=True, with_initial_state=True, seed=3,
+                         device=device_for("triton"))
+    assert_close_to(run_with_grads(inputs, "triton"), run_with_grads(inputs, "naive"), rtol=1e-4)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
 def test_chunk_length_rule():
     """Chunks of 16 up to key width 64 (timed faster there), else 32 once T > 16."""
     from prism_rec.kernels.triton_chunk import _block_sizes
