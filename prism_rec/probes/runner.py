@@ -90,10 +90,10 @@ def run_probes(tasks: list[str], models: list[str], seeds: list[int], profile: s
     manifest = load_manifest(out_dir)
     finished = {entry_identity(entry) for entry in manifest}
     checkpoints = _load_checkpoints(out_dir)
-    pending = [ProbeJob(task, model, seed, settings_by_task[task], devices.job_device, deadline,
-                        checkpoints.get(run_identity(task, model, seed, settings_by_task[task])))
-               for seed in seeds for task in tasks for model in models  # seed outermost: whole seeds finish first
-               if run_identity(task, model, seed, settings_by_task[task]) not in finished]
+    identities = {(task, model, seed): run_identity(task, model, seed, settings_by_task[task])
+                  for seed in seeds for task in tasks for model in models}  # seed outermost: whole seeds finish first
+    pending = [ProbeJob(task, model, seed, settings_by_task[task], devices.job_device, deadline, checkpoints.get(identity))
+               for (task, model, seed), identity in identities.items() if identity not in finished]
     counts = {"skipped (already in manifest)": len(tasks) * len(models) * len(seeds) - len(pending),
               "finished": 0, "paused": 0, "failed": 0, "not started": 0}
     unfinished: list[str] = []
