@@ -7,6 +7,7 @@ are imported. A cell without runs reads "missing"; nothing is estimated.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import statistics
 from pathlib import Path
@@ -182,17 +183,15 @@ def findings(cells: dict, models: list[str], manifest: list[dict]) -> list[str]:
 def gpu_sharing_note(manifest: list[dict]) -> str:
     """One paragraph on how the GPU runs shared their GPU (the manifest's ``jobs_per_device`` and
     ``gpu_sharing``; lines written before ``gpu_sharing`` existed ran in time slices)."""
-    gpu_runs = [entry for entry in manifest if "jobs_per_device" in entry and "H200" in entry.get("machine", "")]
+    gpu_runs = [entry for entry in manifest  # tracking.machine_description names CUDA devices "<name> (CUDA x)"
+                if "jobs_per_device" in entry and "(CUDA " in entry.get("machine", "")]
     if not gpu_runs:
         return "No run in the manifest trained on a GPU."
     counts = sorted({entry["jobs_per_device"] for entry in gpu_runs})
-    modes = {}
-    for entry in gpu_runs:
-        mode = entry.get("gpu_sharing", "time-slicing")
-        modes[mode] = modes.get(mode, 0) + 1
+    modes = collections.Counter(entry.get("gpu_sharing", "time-slicing") for entry in gpu_runs)
     words = {"mps": "through a CUDA MPS server", "time-slicing": "in time slices"}
     shared = ", ".join(f"{count} {words.get(mode, mode)}" for mode, count in sorted(modes.items()))
-    return (f"The GPU runs shared each H200 with {' or '.join(f'{c:g}' for c in counts)} worker processes "
+    return (f"The GPU runs shared each GPU with {' or '.join(f'{c:g}' for c in counts)} worker processes "
             f"on average (the manifest's `jobs_per_device`, workers per GPU while the call began; runs: {shared}), so tokens/s is each run's share, not a solo "
             "figure, and depends on whichever other runs were in flight: these figures compare backbones only "
             "roughly; `make throughput` measures solo steps.")

@@ -237,7 +237,7 @@ def test_worker_devices_one_or_several():
 def test_the_sharing_note_counts_runs_by_how_they_shared_the_gpu():
     from prism_rec.headline_report import gpu_sharing_note
 
-    gpu = {"machine": "NVIDIA H200 (CUDA 13.0)"}
+    gpu = {"machine": "NVIDIA H200 (CUDA 13.0)"}  # as tracking.machine_description writes it
     manifest = [{**gpu, "jobs_per_device": 14.0}, {**gpu, "jobs_per_device": 12.0, "gpu_sharing": "mps"},
                 {**gpu, "jobs_per_device": 12.0, "gpu_sharing": "mps"}, {"machine": "cpu", "jobs_per_device": 4.0}]
     note = gpu_sharing_note(manifest)
