@@ -1,0 +1,85 @@
+"""Uncertainty over test users for the headline tables: bootstrap intervals and paired differences.
+
+Inputs are per-user AUC matrices [S, U]: one row per seed (run) of a model, one column per test user,
+the columns of every matrix of a dataset in the same user order (case_ranks.py gives each run's users).
+A model's figure is the mean over users of its seed-averaged per-user AUC, so the seeds of a model share
+every resample of users. The intervals are scipy.stats.bootstrap percentile intervals over users; they
+measure how much the figure depends on which users are in the test set, with the seeds averaged out,
+not how much another training seed would move it (the tables give the std over seeds for that).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+N_RESAMPLES = 10_000
+LEVEL = 0.95
+BATCH = 64  # resamples drawn at once: [BATCH, U] floats in memory, not [N_RESAMPLES, U]
+
+
+def seed_mean(per_user: np.ndarray) -> np.ndarray:
+    """Per-user values averaged over seeds: [S, U] (or [U], one seed) -> [U]; refuses empty or non-finite input."""
+    values = np.asarray(per_user, dtype=np.float64)
+    if values.ndim == 1:
+        values = values[np.newaxis]
+    if values.ndim != 2 or values.shape[0] == 0 or values.shape[1] == 0:
+        raise ValueError(f"per-user values must be [seeds, users] with both > 0, got shape {values.shape}")
+    if not np.isfinite(values).all():
+        raise ValueError("per-user values hold NaN or infinity")
+    return values.mean(axis=0)
+
+
+def _percentile_interval(values: np.ndarray, n_resamples: int, level: float, seed: int) -> tuple[float, float]:
+    """The percentile bootstrap interval of the mean of ``values`` [U], resampling its entries."""
+    if len(values) < 2 or np.all(values == values[0]):  # nothing to resample: every resample has this mean
+        return float(values.mean()), float(values.mean())
+    with warnings.catch_warnings():  # scipy warns when many resamples coincide (few users); the interval stands
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        result = stats.bootstrap((values,), np.mean, n_resamples=n_resamples, batch=BATCH, vectorized=True,
+                                 confidence_level=level, method="percentile", rng=np.random.default_rng(seed))
+    interval = result.confidence_interval
+    return float(interval.low), float(interval.high)
+
+
+def bootstrap_mean_ci(per_user: np.ndarray, n_resamples: int = N_RESAMPLES, level: float = LEVEL,
+                      seed: int = 0) -> tuple[float, float]:
+    """The ``level`` percentile bootstrap interval (low, high) of the mean over users of the seed-averaged
+    per-user values [S, U]: users are resampled with replacement, the S seeds of a user move together."""
+    return _percentile_interval(seed_mean(per_user), n_resamples, level, seed)
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Model a minus model b over the same test users: the difference of their mean AUC, its paired
+    bootstrap interval, whether that interval excludes 0, and the two-sided Wilcoxon signed-rank p-value
+    of the per-user seed-averaged differences (NaN when every difference is 0: the test is undefined)."""
+
+    mean: float
+    low: float
+    high: float
+    excludes_zero: bool
+    wilcoxon_p: float
+    n_users: int
+
+
+def paired_difference(a: np.ndarray, b: np.ndarray, n_resamples: int = N_RESAMPLES, level: float = LEVEL,
+                      seed: int = 0) -> PairedDifference:
+    """``a`` [Sa, U] minus ``b`` [Sb, U] (the same users in the same column order; the seed counts may
+    differ): each model's per-user values averaged over its seeds, then the mean difference over users
+    with a percentile bootstrap over users in which both models take the same resample."""
+    first, second = seed_mean(a), seed_mean(b)
+    if first.shape != second.shape:
+        raise ValueError(f"paired difference: {first.shape[0]} users against {second.shape[0]}")
+    differences = first - second  # the mean of a resample's differences is the difference of its two means
+    low, high = _percentile_interval(differences, n_resamples, level, seed)
+    if np.any(differences != 0):
+        p_value = float(stats.wilcoxon(differences).pvalue)
+    else:
+        p_value = math.nan
+    return PairedDifference(float(differences.mean()), low, high, bool(low > 0 or high < 0), p_value,
+                            len(differences))
