@@ -142,6 +142,31 @@ def sequences() -> None:
     _write(ROOT / "sequence" / "2.txt", ["u4 c x y", "u3 é", "u5"])
 
 
+MOVIES_LONG = "Movies_and_TV_100.{}.csv"
+
+
+def movies_long() -> None:
+    """movies-long (Movies_and_TV_100.*.csv of ../shared/data/movies-long): users 10, 2, 7 in train_group
+    order; their validation and test rows in other orders; 10 repeats item 3; 2's test item equals its
+    validation item. movies_long_bad holds the same users plus one of each malformed line (see
+    tests/data/test_data_movies_long.py for what each one is)."""
+    train = ["uid\tiids", "10\t5,3,9,3,7", "2\t3,8,5,12", "", "7\t7,1"]
+    valid = ["userId,itemId,rate,timestamp", "7,9,4.0,1500000000", "10,3,5.0,1509580800", "2,12,2.0,1536278400"]
+    test = ["userId,itemId,rate,timestamp", "2,12,5.0,1536278400", "10,4,3.0,1509580800", "7,8,1.0,1600000000"]
+    for part, lines in (("train_group", train), ("validation", valid), ("test", test)):
+        _write(ROOT / "movies_long" / MOVIES_LONG.format(part), lines)
+    bad_train = train[:3] + ["3\t", "4\t1,x,2", "five\t1,2", "6\t1\t2", "uid\tiids", "8\t1,2\udcff", "7\t7,1",
+                             "9\t1,2,3", "11\t4,5", "11\t4,6", "13\t1,5", "14\t2,3"]
+    bad_valid = valid + ["4,1,3.0,1500000000", "9,2,4.0,1500000000", "11,5,4.0,1500000000", "12,5,4.0,1500000000",
+                         "13,5,4.0,1500000000", "13,5,4.0,1500000000", "u1,1,4.0,1500000000", "14,5,4.0,1500000000"]
+    bad_test = test + ["99,1", "14,8,good,1600000000", "13,8,1.0,1600000000"]
+    folder = ROOT / "movies_long_bad"
+    folder.mkdir(parents=True, exist_ok=True)
+    for part, lines in (("train_group", bad_train), ("validation", bad_valid), ("test", bad_test)):
+        text = "".join(line + "\n" for line in lines)
+        (folder / MOVIES_LONG.format(part)).write_bytes(text.encode("utf-8", "surrogateescape"))
+
+
 if __name__ == "__main__":
     amazon_2014()
     amazon_2018()
@@ -149,3 +174,4 @@ if __name__ == "__main__":
     yelp()
     recbole()
     sequences()
+    movies_long()

@@ -16,7 +16,7 @@ def load(name, folder, tmp_path, **options):
 
 def test_registered():
     assert {"books", "movies", "electronics", "yelp", "recbole-inter", "sequence-text", "yelp-iclrec",
-            "electronics-gerec", "books-dealrec", "movies-fedcsr"} <= set(list_datasets())
+            "electronics-gerec", "books-dealrec", "movies-fedcsr", "movies-long"} <= set(list_datasets())
 
 
 @pytest.mark.parametrize("folder", ["amazon2014", "amazon2014csv", "amazon2018", "amazon2018csv", "amazon2023"])
