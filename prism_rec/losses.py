@@ -1,0 +1,314 @@
+"""Full-softmax next-item loss over the whole item table, without materialising the logits on CUDA.
+
+``full_softmax_loss_sum(hidden [N, d], table [I, d], targets [N])`` = sum over rows of
+logsumexp(hidden @ table.T) - hidden . table[target], with ``targets`` 0-based item columns.
+
+Two paths, chosen by device (``path="auto"``) or explicitly:
+
+- ``"chunked"`` (CPU, and the reference): the logits of 4096 rows at a time, each chunk's logsumexp under
+  activation checkpointing, so the backward recomputes one chunk's [4096, I] logits at a time. This is
+  the loss ``prism_rec.train`` used before the fused path.
+- ``"fused"`` (CUDA with Triton; CPU tensors only under ``TRITON_INTERPRET=1``): our own Triton kernels.
+  The forward walks the item table in tiles with an online logsumexp (one fp32 value per row is kept);
+  the backward recomputes the tiles twice, once per row block for d(hidden) and once per item block for
+  d(table), so neither gradient needs atomics: the result is deterministic. All sums are fp32 (the tile
+  products accumulate in fp32, the gradients accumulate in fp32 registers and are written once, in the
+  input's dtype). Under CUDA autocast the products take the autocast dtype (bf16), as ``hidden @ table.T``
+  does in the chunked path; otherwise they take the inputs' dtype (fp32 products are full fp32 unless
+  ``torch.backends.cuda.matmul.allow_tf32`` is set). When a row block or item block alone would leave
+  the GPU idle, the walk is split in parts whose partial results are combined in PyTorch (also
+  deterministic). Any d up to 256 works (tiles are padded to a power of two); any N and I.
+
+Both libraries we considered install with our pins (pure-Python wheels) but do not fit: Liger-Kernel
+0.8.5's fused linear cross-entropy still materialises the logits chunk by chunk, with chunks sized for
+wide hidden states (at d = 64 it takes 16-64 rows per chunk, a Python loop of hundreds to thousands of
+launches) and a host sync (.item()) per call; cut-cross-entropy 25.1.1 is fused, but its backward needs
+bf16/fp16 hidden states (no fp32 runs), adds both gradients up in the hidden dtype (bf16) through
+lock-guarded read-modify-writes (rounding at every tile, order not deterministic), and drops small
+gradient tiles unless ``filter_eps=None``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+PATHS = ("auto", "fused", "chunked")
+LOGIT_CHUNK_ROWS = 4096
+MAX_FUSED_D = 256
+# tile sizes of the fused kernels: rows x items per tile (d is one tile)
+BLOCK_ROWS, BLOCK_ITEMS = 64, 128
+# the fused walk is split until about this many programs per streaming multiprocessor are launched
+PROGRAMS_PER_SM = 2
+_LOG2E = 1.4426950408889634
+
+
+def fused_available(device: torch.device) -> bool:
+    """Whether the fused path can run on ``device``: CUDA with Triton installed, or Triton's interpreter."""
+    if importlib.util.find_spec("triton") is None:
+        return False
+    return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def resolve_path(path: str, device: torch.device) -> str:
+    """``path`` ("auto", "fused" or "chunked") made concrete for tensors on ``device``."""
+    if path not in PATHS:
+        raise ValueError(f"loss path must be one of {PATHS}, got {path!r}")
+    if path == "auto":
+        return "fused" if device.type == "cuda" and fused_available(device) else "chunked"
+    if path == "fused" and not fused_available(device):
+        raise ValueError("the fused loss path needs Triton and CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors)")
+    return path
+
+
+def full_softmax_loss_sum(hidden: torch.Tensor, table: torch.Tensor, targets: torch.Tensor,
+                          path: str = "auto") -> torch.Tensor:
+    """Sum over rows of the full-softmax cross-entropy of ``hidden [N, d]`` against ``table [I, d]``.
+
+    ``targets [N]`` are 0-based rows of ``table``. Returns an fp32 scalar; differentiable in ``hidden``
+    and ``table``. ``path``: "auto" (fused on CUDA, chunked elsewhere), "fused" or "chunked".
+    """
+    if hidden.dim() != 2 or table.dim() != 2 or hidden.shape[1] != table.shape[1]:
+        raise ValueError(f"hidden [N, d] and table [I, d] must share d, got {tuple(hidden.shape)} and {tuple(table.shape)}")
+    if targets.shape != hidden.shape[:1]:
+        raise ValueError(f"targets must have shape [N] = {tuple(hidden.shape[:1])}, got {tuple(targets.shape)}")
+    positive = (hidden * table[targets]).sum(-1).float()  # [N]
+    if resolve_path(path, hidden.device) == "fused":
+        lse = fused_logsumexp(hidden, table)
+    else:
+        lse = chunked_logsumexp(hidden, table)
+    return (lse - positive).sum()
+
+
+def _logsumexp_rows(hidden: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    return torch.logsumexp((hidden @ table.t()).float(), dim=-1)
+
+
+def chunked_logsumexp(hidden: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """logsumexp(hidden @ table.T) per row [N] (fp32), ``LOGIT_CHUNK_ROWS`` rows of logits at a time,
+    each chunk checkpointed while gradients are recorded."""
+    parts = [
+        checkpoint(_logsumexp_rows, chunk, table, use_reentrant=False) if torch.is_grad_enabled() else
+        _logsumexp_rows(chunk, table)
+        for chunk in hidden.split(LOGIT_CHUNK_ROWS)
+    ]
+    return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
+
+
+def _compute_dtype(hidden: torch.Tensor, table: torch.Tensor) -> torch.dtype:
+    """The dtype of the tile products: the autocast dtype when autocast is on for the device (what
+    ``hidden @ table.T`` would use), else the promoted input dtype."""
+    device_type = hidden.device.type
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return torch.promote_types(hidden.dtype, table.dtype)
+
+
+def fused_logsumexp(hidden: torch.Tensor, table: torch.Tensor, splits: int | None = None) -> torch.Tensor:
+    """logsumexp(hidden @ table.T) per row [N] (fp32) through the Triton kernels; ``splits`` fixes the
+    number of parts each walk is split into (default: enough programs to fill the GPU)."""
+    if hidden.shape[1] > MAX_FUSED_D:
+        raise ValueError(f"the fused loss path takes d <= {MAX_FUSED_D}, got {hidden.shape[1]}")
+    if hidden.device != table.device:
+        raise ValueError(f"hidden is on {hidden.device} but table is on {table.device}")
+    return _FusedLogSumExp.apply(hidden, table, _compute_dtype(hidden, table), splits)
+
+
+class _FusedLogSumExp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, table, compute_dtype, splits):
+        hidden_c, table_c = hidden.contiguous(), table.contiguous()
+        lse = _launch_forward(hidden_c, table_c, compute_dtype, splits)
+        ctx.save_for_backward(hidden_c, table_c, lse)
+        ctx.compute_dtype, ctx.splits = compute_dtype, splits
+        ctx.hidden_dtype, ctx.table_dtype = hidden.dtype, table.dtype
+        return lse
+
+    @staticmethod
+    def backward(ctx, grad_lse):
+        hidden, table, lse = ctx.saved_tensors
+        grad_lse = grad_lse.float().contiguous()
+        d_hidden = d_table = None
+        if ctx.needs_input_grad[0]:
+            d_hidden = _launch_backward(hidden, table, lse, grad_lse, ctx.compute_dtype, ctx.splits, of_table=False)
+            d_hidden = d_hidden.to(ctx.hidden_dtype)
+        if ctx.needs_input_grad[1]:
+            d_table = _launch_backward(hidden, table, lse, grad_lse, ctx.compute_dtype, ctx.splits, of_table=True)
+            d_table = d_table.to(ctx.table_dtype)
+        return d_hidden, d_table, None, None
+
+
+def _split_count(blocks: int, tiles: int, device: torch.device, splits: int | None) -> tuple[int, int]:
+    """(number of parts, tiles per part) of a walk over ``tiles`` tiles done by ``blocks`` programs each."""
+    if splits is None:
+        if device.type != "cuda":
+            splits = 1
+        else:
+            target = PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
+            splits = max(1, min(-(-target // max(blocks, 1)), tiles // 4))
+    splits = max(1, min(splits, tiles))
+    per_split = -(-tiles // splits)
+    return -(-tiles // per_split), per_split
+
+
+def _launch_settings(hidden: torch.Tensor, compute_dtype: torch.dtype) -> dict:
+    dtypes = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+    if compute_dtype not in dtypes:
+        raise ValueError(f"the fused loss path computes in fp32, bf16 or fp16, not {compute_dtype}")
+    ieee = compute_dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32
+    block_d = max(16, 1 << (hidden.shape[1] - 1).bit_length())
+    return {"DOT_DTYPE": dtypes[compute_dtype], "PRECISION": "ieee" if ieee else "tf32", "BLOCK_D": block_d,
+            "UPCAST": hidden.device.type != "cuda", "num_warps": 4}
+
+
+def _interpreter_operands(hidden, table, compute_dtype):
+    """On CPU tensors (Triton's interpreter, whose fp32 -> bf16 cast truncates instead of rounding to
+    nearest) the inputs are rounded to the product dtype here; on CUDA the kernels round each tile."""
+    if hidden.device.type == "cuda":
+        return hidden, table
+    narrower = [x.to(compute_dtype) if x.element_size() > compute_dtype.itemsize else x for x in (hidden, table)]
+    return narrower[0], narrower[1]
+
+
+def _launch_forward(hidden, table, compute_dtype, splits):
+    hidden, table = _interpreter_operands(hidden, table, compute_dtype)
+    n, d = hidden.shape
+    items = table.shape[0]
+    if n == 0:
+        return hidden.new_zeros(0, dtype=torch.float32)
+    row_blocks, item_tiles = -(-n // BLOCK_ROWS), -(-items // BLOCK_ITEMS)
+    parts, per_part = _split_count(row_blocks, item_tiles, hidden.device, splits)
+    maxima = torch.empty(parts, n, dtype=torch.float32, device=hidden.device)
+    sums = torch.empty_like(maxima)
+    _lse_forward[(row_blocks, parts)](
+        hidden, table, maxima, sums, n, items, d, item_tiles, per_part,
+        BLOCK_N=BLOCK_ROWS, BLOCK_I=BLOCK_ITEMS, **_launch_settings(hidden, compute_dtype))
+    if parts == 1:
+        return (maxima[0] + torch.log2(sums[0])) / _LOG2E
+    top = maxima.max(0).values
+    return (top + torch.log2((sums * torch.exp2(maxima - top)).sum(0))) / _LOG2E
+
+
+def _launch_backward(hidden, table, lse, grad_lse, compute_dtype, splits, of_table: bool):
+    """d(hidden) [N, d] (one program per row block walking the item tiles) or, ``of_table``, d(table)
+    [I, d] (one program per item block walking the row tiles); fp32."""
+    hidden, table = _interpreter_operands(hidden, table, compute_dtype)
+    n, d = hidden.shape
+    items = table.shape[0]
+    rows_out = items if of_table else n
+    if n == 0:
+        return torch.zeros(rows_out, d, dtype=torch.float32, device=hidden.device)
+    blocks = -(-rows_out // (BLOCK_ITEMS if of_table else BLOCK_ROWS))
+    tiles = -(-n // BLOCK_ROWS) if of_table else -(-items // BLOCK_ITEMS)
+    parts, per_part = _split_count(blocks, tiles, hidden.device, splits)
+    partial = torch.empty(parts, rows_out, d, dtype=torch.float32, device=hidden.device)
+    kernel = _lse_backward_table if of_table else _lse_backward_hidden
+    kernel[(blocks, parts)](
+        hidden, table, lse * _LOG2E, grad_lse, partial, n, items, d, tiles, per_part,
+        BLOCK_N=BLOCK_ROWS, BLOCK_I=BLOCK_ITEMS, **_launch_settings(hidden, compute_dtype))
+    return partial[0] if parts == 1 else partial.sum(0)
+
+
+# The Triton kernels are defined when Triton is installed (it is optional: the CPU path needs none).
+# Triton reads TRITON_INTERPRET when a kernel is defined, so the interpreter needs it set before this
+# module is first imported.
+if importlib.util.find_spec("triton") is not None:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _load_rows(ptr, start, count, d, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, DOT_DTYPE: tl.constexpr,
+                   UPCAST: tl.constexpr):
+        """Rows start .. start + BLOCK of a [count, d] matrix as a [BLOCK, BLOCK_D] tile, zero outside."""
+        rows = start + tl.arange(0, BLOCK)
+        cols = tl.arange(0, BLOCK_D)
+        mask = (rows[:, None] < count) & (cols[None, :] < d)
+        tile = tl.load(ptr + rows[:, None] * d + cols[None, :], mask=mask, other=0.0).to(DOT_DTYPE)
+        return _operand(tile, UPCAST)
+
+    @triton.jit
+    def _operand(tile, UPCAST: tl.constexpr):
+        """A product operand: the tile, or (UPCAST, Triton's interpreter, whose products of 16-bit tiles are
+        wrong in 3.7) its values in fp32."""
+        if UPCAST:
+            tile = tile.to(tl.float32)
+        return tile
+
+    @triton.jit
+    def _lse_forward(h_ptr, t_ptr, max_ptr, sum_ptr, N, I, D, item_tiles, per_part,
+                     BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
+                     DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+        """Per row of a row block, over the item tiles of one part: running max m and sum s of
+        2^(logit * log2 e - m) (base-2 online logsumexp), written to max_ptr/sum_ptr [parts, N]."""
+        row_start = tl.program_id(0) * BLOCK_N
+        part = tl.program_id(1)
+        h = _load_rows(h_ptr, row_start, N, D, BLOCK_N, BLOCK_D, DOT_DTYPE, UPCAST)
+        running_max = tl.full([BLOCK_N], float("-inf"), tl.float32)
+        running_sum = tl.zeros([BLOCK_N], tl.float32)
+        first = part * per_part
+        for tile in range(first, tl.minimum(first + per_part, item_tiles)):
+            t = _load_rows(t_ptr, tile * BLOCK_I, I, D, BLOCK_I, BLOCK_D, DOT_DTYPE, UPCAST)
+            logits = tl.dot(h, tl.trans(t), input_precision=PRECISION) * 1.4426950408889634
+            items = tile * BLOCK_I + tl.arange(0, BLOCK_I)
+            logits = tl.where(items[None, :] < I, logits, float("-inf"))
+            new_max = tl.maximum(running_max, tl.max(logits, 1))
+            running_sum = running_sum * tl.exp2(running_max - new_max) + tl.sum(tl.exp2(logits - new_max[:, None]), 1)
+            running_max = new_max
+        rows = row_start + tl.arange(0, BLOCK_N)
+        tl.store(max_ptr + part * N + rows, running_max, mask=rows < N)
+        tl.store(sum_ptr + part * N + rows, running_sum, mask=rows < N)
+
+    @triton.jit
+    def _lse_backward_hidden(h_ptr, t_ptr, lse2_ptr, g_ptr, out_ptr, N, I, D, item_tiles, per_part,
+                             BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
+                             DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+        """d(hidden) of a row block over the item tiles of one part: sum of g * softmax @ table (fp32),
+        written to out_ptr [parts, N, D]."""
+        row_start = tl.program_id(0) * BLOCK_N
+        part = tl.program_id(1)
+        rows = row_start + tl.arange(0, BLOCK_N)
+        h = _load_rows(h_ptr, row_start, N, D, BLOCK_N, BLOCK_D, DOT_DTYPE, UPCAST)
+        lse2 = tl.load(lse2_ptr + rows, mask=rows < N, other=0.0)
+        g = tl.load(g_ptr + rows, mask=rows < N, other=0.0)
+        accumulator = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+        first = part * per_part
+        for tile in range(first, tl.minimum(first + per_part, item_tiles)):
+            t = _load_rows(t_ptr, tile * BLOCK_I, I, D, BLOCK_I, BLOCK_D, DOT_DTYPE, UPCAST)
+            logits = tl.dot(h, tl.trans(t), input_precision=PRECISION) * 1.4426950408889634
+            items = tile * BLOCK_I + tl.arange(0, BLOCK_I)
+            p = tl.where(items[None, :] < I, tl.exp2(logits - lse2[:, None]) * g[:, None], 0.0)
+            accumulator = tl.dot(_operand(p.to(DOT_DTYPE), UPCAST), t, accumulator, input_precision=PRECISION)
+        cols = tl.arange(0, BLOCK_D)
+        offsets = part * N * D + rows[:, None] * D + cols[None, :]
+        tl.store(out_ptr + offsets, accumulator, mask=(rows[:, None] < N) & (cols[None, :] < D))
+
+    @triton.jit
+    def _lse_backward_table(h_ptr, t_ptr, lse2_ptr, g_ptr, out_ptr, N, I, D, row_tiles, per_part,
+                            BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
+                            DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+        """d(table) of an item block over the row tiles of one part: sum of (g * softmax)^T @ hidden
+        (fp32), written to out_ptr [parts, I, D]."""
+        item_start = tl.program_id(0) * BLOCK_I
+        part = tl.program_id(1)
+        items = item_start + tl.arange(0, BLOCK_I)
+        t = _load_rows(t_ptr, item_start, I, D, BLOCK_I, BLOCK_D, DOT_DTYPE, UPCAST)
+        accumulator = tl.zeros([BLOCK_I, BLOCK_D], tl.float32)
+        first = part * per_part
+        for tile in range(first, tl.minimum(first + per_part, row_tiles)):
+            rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+            h = _load_rows(h_ptr, tile * BLOCK_N, N, D, BLOCK_N, BLOCK_D, DOT_DTYPE, UPCAST)
+            lse2 = tl.load(lse2_ptr + rows, mask=rows < N, other=0.0)
+            g = tl.load(g_ptr + rows, mask=rows < N, other=0.0)  # 0 outside: those columns add nothing
+            logits = tl.dot(t, tl.trans(h), input_precision=PRECISION) * 1.4426950408889634  # [BLOCK_I, BLOCK_N]
+            p = tl.exp2(logits - lse2[None, :]) * g[None, :]
+            accumulator = tl.dot(_operand(p.to(DOT_DTYPE), UPCAST), h, accumulator, input_precision=PRECISION)
+        cols = tl.arange(0, BLOCK_D)
+        offsets = part * I * D + items[:, None] * D + cols[None, :]
+        tl.store(out_ptr + offsets, accumulator, mask=(items[:, None] < I) & (cols[None, :] < D))
+
+
+__all__ = ["PATHS", "LOGIT_CHUNK_ROWS", "full_softmax_loss_sum", "chunked_logsumexp", "fused_logsumexp",
+           "fused_available", "resolve_path"]
