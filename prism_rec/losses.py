@@ -120,7 +120,7 @@ def fused_logsumexp(hidden: torch.Tensor, table: torch.Tensor, splits: int | Non
 class _FusedLogSumExp(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, table, compute_dtype, splits):
-        hidden_c, table_c = hidden.contiguous(), table.contiguous()
+        hidden_c, table_c = _operands(hidden, table, compute_dtype)
         lse = _launch_forward(hidden_c, table_c, compute_dtype, splits)
         ctx.save_for_backward(hidden_c, table_c, lse)
         ctx.compute_dtype, ctx.splits = compute_dtype, splits
@@ -164,17 +164,15 @@ def _launch_settings(hidden: torch.Tensor, compute_dtype: torch.dtype) -> dict:
             "UPCAST": hidden.device.type != "cuda", "num_warps": 4}
 
 
-def _interpreter_operands(hidden, table, compute_dtype):
-    """On CPU tensors (Triton's interpreter, whose fp32 -> bf16 cast truncates instead of rounding to
-    nearest) the inputs are rounded to the product dtype here; on CUDA the kernels round each tile."""
-    if hidden.device.type == "cuda":
-        return hidden, table
-    narrower = [x.to(compute_dtype) if x.element_size() > compute_dtype.itemsize else x for x in (hidden, table)]
-    return narrower[0], narrower[1]
+def _operands(hidden, table, compute_dtype):
+    """The inputs, contiguous, rounded once to the product dtype where it is narrower (under autocast:
+    fp32 -> bf16): the kernels then read half the bytes per tile, and Triton's interpreter, whose
+    fp32 -> bf16 cast truncates, sees the values rounded to nearest as on CUDA."""
+    return tuple((x.to(compute_dtype) if x.element_size() > compute_dtype.itemsize else x).contiguous()
+                 for x in (hidden, table))
 
 
 def _launch_forward(hidden, table, compute_dtype, splits):
-    hidden, table = _interpreter_operands(hidden, table, compute_dtype)
     n, d = hidden.shape
     items = table.shape[0]
     if n == 0:
@@ -195,7 +193,6 @@ def _launch_forward(hidden, table, compute_dtype, splits):
 def _launch_backward(hidden, table, lse, grad_lse, compute_dtype, splits, of_table: bool):
     """d(hidden) [N, d] (one program per row block walking the item tiles) or, ``of_table``, d(table)
     [I, d] (one program per item block walking the row tiles); fp32."""
-    hidden, table = _interpreter_operands(hidden, table, compute_dtype)
     n, d = hidden.shape
     items = table.shape[0]
     rows_out = items if of_table else n
