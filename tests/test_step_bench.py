@@ -1,0 +1,54 @@
+"""benchmarks/step_bench.py end to end on CPU with tiny settings: the step table, Books scale, the
+profile lines and the solo-throughput CSV that the Pareto plot reads."""
+
+import csv
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "step_bench.py"
+
+
+@pytest.fixture(scope="module")
+def step_bench():
+    spec = importlib.util.spec_from_file_location("step_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_step_bench_on_cpu(step_bench, tmp_path, capsys):
+    step_bench.main(["--device", "cpu", "--steps", "2", "--warmup", "1", "--items", "500", "--models", "sasrec,pop",
+                     "--lengths", "8", "--batch-size", "8", "--d-model", "16", "--books-items", "600",
+                     "--books-length", "8", "--profile-steps", "1", "--loss-path", "chunked",
+                     "--datasets", "ml-100k,not-a-dataset", "--solo-steps", "2", "--solo-warmup", "1",
+                     "--out-dir", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert "pop: ranks by popularity and trains nothing; skipped" in printed
+    assert "'not-a-dataset' is not registered; skipped" in printed
+    steps = list(csv.DictReader((tmp_path / "step.csv").open()))
+    assert [(r["section"], r["model"], r["seq_len"], r["n_items"], r["loss_path"], r["status"]) for r in steps] == [
+        ("step", "sasrec", "8", "500", "chunked", "ok"), ("books", "sasrec", "8", "600", "chunked", "ok")]
+    assert all(float(r["step_ms"]) > 0 for r in steps)
+    report = (tmp_path / "step.md").read_text()
+    assert "command `python benchmarks/step_bench.py --device cpu" in report and "torch " in report
+    assert "| sasrec |" in report and "- sasrec (T 8, chunked):" in report
+    with (tmp_path / "solo_throughput.csv").open() as handle:
+        reader = csv.DictReader(handle)
+        solo = list(reader)
+    assert reader.fieldnames == ["dataset", "model", "tokens_per_s", "step_ms", "batch_size", "max_len", "n_items",
+                                 "dtype", "machine", "command"]
+    assert [(r["dataset"], r["model"], r["max_len"], r["batch_size"]) for r in solo] == [("ml-100k", "sasrec", "50", "8")]
+    assert float(solo[0]["tokens_per_s"]) > 0 and solo[0]["dtype"] == "fp32"
+
+
+def test_fused_path_is_skipped_without_cuda(step_bench, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    step_bench.main(["--device", "cpu", "--steps", "2", "--warmup", "1", "--items", "50", "--models", "sasrec",
+                     "--lengths", "4", "--batch-size", "2", "--d-model", "8", "--books-models", "",
+                     "--profile-steps", "0", "--out-dir", str(tmp_path)])
+    assert "loss path 'fused' skipped on cpu" in capsys.readouterr().out
+    steps = list(csv.DictReader((tmp_path / "step.csv").open()))
+    assert [(r["loss_path"], r["status"]) for r in steps] == [("chunked", "ok")]
+    assert not (tmp_path / "solo_throughput.csv").exists()
