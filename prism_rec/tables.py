@@ -21,6 +21,7 @@ COLUMN_TITLES = {"auc": "AUC", **{f"{kind}_{k}": f"{kind.upper() if kind == 'ndc
 PROTOCOL_PARAMS = ("d_model", "dropout", "max_len", "batch_size", "lr", "weight_decay", "epochs", "patience", "loss",
                    "n_negatives", "precision")
 LATER_PARAMS = {"params.precision": "bf16"}  # params added later: the value runs logged before them had
+HEADLINE_MARKER = "(protocol headline-"  # in the first line of the headline report's results/<dataset>/auc.md
 
 
 def protocol_key(run: pd.Series) -> tuple:
@@ -77,13 +78,25 @@ def markdown_table(summary: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def table_folder(results_dir: Path, dataset: str) -> Path:
+    """results/<dataset>, or results/<dataset>/store when results/<dataset>/auc.md is the headline report's
+    (headline_report.py, from the headline manifest only): a table from the store, which holds runs of any
+    protocol, must not replace it."""
+    folder = Path(results_dir) / dataset
+    markdown = folder / "auc.md"
+    if markdown.is_file() and HEADLINE_MARKER in markdown.read_text().partition("\n")[0]:
+        return folder / "store"
+    return folder
+
+
 def write_tables(dataset: str, results_dir: Path = RESULTS_DIR) -> tuple[Path, Path, Path]:
-    """Write results/<dataset>/auc.md, auc.csv and the bar chart auc.png from the store; returns their paths."""
+    """Write auc.md, auc.csv and the bar chart auc.png from the store into results/<dataset> (or its store/
+    folder, see table_folder); returns their paths."""
     runs, other_protocols = finished_child_runs(dataset)
     if runs.empty:
         raise ValueError(f"no finished runs for dataset {dataset!r} in the tracking store")
     summary = summarise(runs)
-    folder = Path(results_dir) / dataset
+    folder = table_folder(results_dir, dataset)
     folder.mkdir(parents=True, exist_ok=True)
     commands = sorted(set(runs["tags.command"].dropna()))
     machines = sorted(set(runs["tags.machine"].dropna()))

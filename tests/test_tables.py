@@ -48,3 +48,12 @@ def test_runs_from_before_the_precision_param_count_as_bf16():
     new = pd.Series({"params.d_model": "64", "params.data.split": "loo", "params.precision": "bf16"})
     fp32 = pd.Series({"params.d_model": "64", "params.data.split": "loo", "params.precision": "fp32"})
     assert tables.protocol_key(old) == tables.protocol_key(new) != tables.protocol_key(fp32)
+
+
+def test_a_store_table_does_not_replace_the_headline_reports(tmp_path):
+    assert tables.table_folder(tmp_path, "ml-100k") == tmp_path / "ml-100k"
+    (tmp_path / "ml-100k").mkdir()
+    (tmp_path / "ml-100k" / "auc.md").write_text("# ml-100k: full-ranking test metrics\n")  # a store table: replaced
+    assert tables.table_folder(tmp_path, "ml-100k") == tmp_path / "ml-100k"
+    (tmp_path / "ml-100k" / "auc.md").write_text("# ml-100k: full-ranking test metrics (protocol headline-v2)\n")
+    assert tables.table_folder(tmp_path, "ml-100k") == tmp_path / "ml-100k" / "store"
