@@ -152,19 +152,6 @@ def test_jobs_in_flight_at_the_deadline_are_abandoned():
     assert time.time() - started < 20
 
 
-def test_runs_stuck_on_an_early_plateau_are_listed():
-    from prism_rec.headline_report import early_stops
-
-    def entry(model, seed, auc, epochs):
-        return {"dataset": "electronics-gerec", "model": model, "seed": seed, "test_auc": auc, "epochs_run": epochs}
-
-    manifest = [entry("sasrec", 0, 0.78, 40), entry("prism", 0, 0.61, 12), entry("prism", 1, 0.61, 30),
-                entry("hstu", 0, 0.75, 9)]
-    lines = early_stops(manifest)
-    assert "1 of 4" in lines[0]
-    assert lines[1] == "- electronics-gerec (best run 0.7800): prism s0 0.6100 after 12 epochs"
-
-
 def test_time_estimates_follow_the_planned_concurrency():
     config = headline.training_config("ml-100k", "sasrec", 2, "cpu", {})
     job = headline.HeadlineJob("ml-100k", "sasrec", config, "hash-s2", "")
@@ -232,34 +219,3 @@ def test_worker_devices_one_or_several():
     from prism_rec.tracking import machine_description
 
     assert one.describe() == f"{machine_description(torch.device('cpu'))} (cpu)"
-
-
-def test_the_sharing_note_counts_runs_by_how_they_shared_the_gpu():
-    from prism_rec.headline_report import gpu_sharing_note
-
-    gpu = {"machine": "NVIDIA H200 (CUDA 13.0)"}  # as tracking.machine_description writes it
-    manifest = [{**gpu, "jobs_per_device": 14.0}, {**gpu, "jobs_per_device": 12.0, "gpu_sharing": "mps"},
-                {**gpu, "jobs_per_device": 12.0, "gpu_sharing": "mps"}, {"machine": "cpu", "jobs_per_device": 4.0}]
-    note = gpu_sharing_note(manifest)
-    assert "with 12 or 14 worker processes" in note
-    assert "runs: 2 through a CUDA MPS server, 1 in time slices" in note
-
-
-def test_equal_means_share_their_average_rank():
-    from prism_rec.headline_report import DATASETS, mean_ranks
-
-    cells = {(DATASETS[0], "a"): [0.9], (DATASETS[0], "b"): [0.8], (DATASETS[0], "c"): [0.8], (DATASETS[0], "d"): [0.7]}
-    assert mean_ranks(cells, ["a", "b", "c", "d"]) == {"a": (1.0, 1), "b": (2.5, 1), "c": (2.5, 1), "d": (4.0, 1)}
-
-
-def test_the_same_seed_check_names_the_runs_that_differ():
-    from prism_rec.headline_report import same_seed_check
-
-    def entry(model, seed, auc, commit="abc1234"):
-        return {"dataset": "yelp-iclrec", "model": model, "seed": seed, "test_auc": auc, "git_commit": commit}
-
-    manifest = [entry("gated_deltanet", 0, 0.9), entry("prism-L0", 0, 0.9), entry("gated_deltanet", 1, 0.8),
-                entry("prism-L0", 1, 0.80002, "def5678"), entry("gated_deltanet", 2, 0.7)]
-    line = same_seed_check(manifest, "prism-L0", "gated_deltanet", "the same model")
-    assert line.startswith("**prism-L0 against gated_deltanet, seed by seed** (the same model): ")
-    assert "to every digit in 1 of 2 runs; different in yelp-iclrec s1 (2.0e-05; commits def5678 and abc1234)." in line
