@@ -9,9 +9,14 @@ Per layer, with H heads of key width K and value width V:
     S_t     = alpha_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,  o_t = K^-1/2 S_t^T q_t
     y       = W_o (RMSNorm(o) * SiLU(W_g x))         (RMSNorm per head, weight shared across heads)
 
-A_log and dt_bias follow Mamba-2 / fla: A ~ U[1, 16], A_log = log A; dt log-uniform in [1e-3, 0.1],
-dt_bias = softplus^-1(dt). Projections have no bias, so a zeroed (padded) input gives k = v = 0 and leaves
-the state untouched. Blocks are ``PreNormStack`` (pre-norm, residual, SwiGLU feed-forward).
+Projections have no bias, so a zeroed (padded) input gives k = v = 0 and leaves the state untouched.
+Blocks are ``PreNormStack`` (pre-norm, residual, SwiGLU feed-forward).
+
+Initialisation (``init_policy = "fla"``, ``prism_rec.init``), as fla's ``GatedDeltaNetPreTrainedModel.
+_init_weights`` (fla/models/gated_deltanet/modeling_gated_deltanet.py) with the layer of
+fla/layers/gated_deltanet.py: every Linear and the short-conv weights ~ N(0, 0.02), norms at 1; A ~ U[0, 16],
+A_log = log A; dt log-uniform in [1e-3, 0.1] (floor 1e-4), dt_bias = softplus^-1(dt); A_log and dt_bias
+flagged ``_no_weight_decay``. No residual rescaling: fla's ``prenorm_residual_strategy`` defaults to None.
 
 The layer exposes its pieces (``query``, ``key``, ``value``, ``gate``, ``erase_strength``, ``scan_inputs``,
 ``readout``) so that PRISM (``prism_rec.prism``) extends it instead of copying it.
@@ -23,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from prism_rec.init import apply_init
 from prism_rec.kernels import delta_scan
 from prism_rec.nn import GatedRMSNorm, PreNormStack, ShortConv, l2norm, ssd_gate_init
 from prism_rec.registry import register_backbone
@@ -50,7 +56,7 @@ class GatedDeltaNetLayer(nn.Module):
         self.v_conv = ShortConv(H * V, conv_kernel)
         self.b_proj = nn.Linear(d_model, H, bias=False)
         self.a_proj = nn.Linear(d_model, H, bias=False)
-        A_log, dt_bias = ssd_gate_init(H)
+        A_log, dt_bias = ssd_gate_init(H, a_range=(0.0, 16.0))  # fla's GDN draws A from U[0, 16]
         self.A_log = nn.Parameter(A_log)
         self.dt_bias = nn.Parameter(dt_bias)
         self.A_log._no_weight_decay = True
@@ -112,6 +118,7 @@ class GatedDeltaNet(nn.Module):
     """Pre-norm residual stack of Gated DeltaNet layers with SwiGLU feed-forwards."""
 
     layer_class = GatedDeltaNetLayer
+    init_policy = "fla"
 
     def __init__(self, d_model: int = 64, n_layers: int = 2, n_heads: int = 2, head_k_dim: int | None = None,
                  head_v_dim: int | None = None, conv_kernel: int = 4, dropout: float = 0.1, backend: str = "auto",
@@ -122,6 +129,7 @@ class GatedDeltaNet(nn.Module):
             lambda i: self.layer_class(d_model, n_heads=n_heads, head_k_dim=head_k_dim, head_v_dim=head_v_dim,
                                        conv_kernel=conv_kernel, backend=backend, **layer_options),
             dropout=dropout, ffn_mult=ffn_mult)
+        apply_init(self)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.stack(x, mask)

@@ -20,6 +20,12 @@ distances of ``max_distance`` or more share the last weight. The paper's bias al
 timestamp term; the backbone contract carries no timestamps, so only the position term is used. The
 official input preprocessor also adds learned absolute positions; this backbone relies on the relative
 bias alone (``wants_positions`` is False). HSTU has no separate feed-forward: U's gating replaces it.
+
+Initialisation (``init_policy = "hstu"``, ``prism_rec.init``), as generative-recommenders
+(generative_recommenders/research/modeling/sequential/hstu.py, embedding_modules.py): each layer draws its
+own weights, f1 (``uvqk``) ~ N(0, 0.02), f2's weight xavier-uniform with PyTorch's default bias
+U(+-1/sqrt(fan_in)) (the reference does not zero it), rab ~ N(0, 0.02); the item table (the recommender's)
+~ N(0, 0.02) truncated at +-2 std.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from prism_rec.init import apply_init
 from prism_rec.registry import register_backbone
 
 
@@ -88,12 +95,15 @@ class HSTULayer(nn.Module):
 class HSTU(nn.Module):
     """Stack of HSTU layers (see the module docstring); padded positions are zeroed after every layer."""
 
+    init_policy = "hstu"
+
     def __init__(self, d_model: int = 64, n_layers: int = 2, n_heads: int = 2, dropout: float = 0.1,
                  attention_dim: int | None = None, linear_dim: int | None = None, max_distance: int = 200):
         super().__init__()
         self.layers = nn.ModuleList(
             HSTULayer(d_model, n_heads, attention_dim, linear_dim, dropout, max_distance) for _ in range(n_layers)
         )
+        apply_init(self)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         keep = mask.unsqueeze(-1).to(x.dtype)  # [B, T, 1]

@@ -12,13 +12,20 @@ width N shared by all heads (n_groups = 1):
     out     = out_proj(RMSNorm(y * SiLU(z)))                        (gate, then norm: norm_before_gate=False)
 
 The recurrence runs through ``delta_scan`` with beta=None, q = C, k = dt * B, v = x, g = dt * A and
-scale 1. Initialisation as in the official code: dt log-uniform in [1e-3, 0.1] (dt_bias = softplus^-1(dt)),
-A uniform in [1, 16], D = 1. Widths are scaled down with the model: d_model 64, expand 2, 2 heads gives
+scale 1. Widths are scaled down with the model: d_model 64, expand 2, 2 heads gives
 heads of width 64 (the official default head width), and the state width N defaults to 64 (official 128).
 
 Blocks follow the official Mamba-2 language model: u = u + Mixer(RMSNorm(u)) with no MLP. With
 ``mlp=True`` each block also gets a SwiGLU feed-forward (the official ``d_intermediate > 0`` option),
 through ``PreNormStack``. Padded positions are zeroed after every block.
+
+Initialisation (``init_policy = "fla"``, ``prism_rec.init``), as fla's ``Mamba2PreTrainedModel._init_weights``
+(fla/models/mamba2/modeling_mamba2.py, config defaults of configuration_mamba2.py): every Linear and the
+conv weight ~ N(0, 0.02) (``conv_init`` is None), biases (the conv's) 0, norms at 1; A ~ U[1, 16],
+A_log = log A; dt log-uniform in [1e-3, 0.1] (floor 1e-4), dt_bias = softplus^-1(dt); D = 1; A_log, dt_bias
+and D flagged ``_no_weight_decay``. ``rescale_prenorm_residual`` defaults to True there with one residual
+per layer: each mixer's ``out_proj`` (and, with ``mlp=True``, each SwiGLU's down projection, fla's
+``down_proj``) is redrawn kaiming-uniform, U(+-1/sqrt(fan_in)), and divided by sqrt(n_layers).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from prism_rec.init import apply_init
 from prism_rec.kernels import delta_scan
 from prism_rec.nn import PreNormStack, RMSNorm, ShortConv, ssd_gate_init
 from prism_rec.registry import register_backbone
@@ -101,6 +109,8 @@ class Mamba2Stack(nn.Module):
 class Mamba2(nn.Module):
     """Stack of Mamba-2 blocks (see the module docstring)."""
 
+    init_policy = "fla"
+
     def __init__(self, d_model: int = 64, n_layers: int = 2, n_heads: int = 2, dropout: float = 0.1,
                  d_state: int = 64, expand: int = 2, conv_kernel: int = 4, mlp: bool = False,
                  ffn_mult: float = 4.0, backend: str = "auto"):
@@ -114,6 +124,9 @@ class Mamba2(nn.Module):
             self.stack = PreNormStack(d_model, n_layers, make_mixer, dropout=dropout, ffn_mult=ffn_mult)
         else:
             self.stack = Mamba2Stack(d_model, n_layers, make_mixer, dropout)
+        residual_outputs = [mixer.out_proj for mixer in self.stack.mixers]
+        residual_outputs += [ffn.down for ffn in getattr(self.stack, "ffns", [])]
+        apply_init(self, rescaled=residual_outputs, n_residuals=n_layers)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.stack(x, mask)

@@ -4,6 +4,10 @@ Each block: Q = LayerNorm(x); x = Q + MultiHeadAttention(Q, x, x) with a causal 
 x = LayerNorm(x); x = x + FFN(x) with a point-wise two-layer ReLU network; padded positions are zeroed
 after every block. Learned absolute positions and the item embedding scaled by sqrt(d) are added by the
 shared recommender (``wants_positions``); the final LayerNorm is the recommender's.
+
+Initialisation (``init_policy = "recbole"``, ``prism_rec.init``), as RecBole's ``SASRec._init_weights``
+(recbole/model/sequential_recommender/sasrec.py): every Linear weight ~ N(0, 0.02) with zero biases,
+LayerNorms at weight 1, bias 0; the item table and positions (the recommender's) ~ N(0, 0.02).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from prism_rec.init import apply_init
 from prism_rec.registry import register_backbone
 
 
@@ -64,10 +69,12 @@ class SASRec(nn.Module):
     """Stack of SASRec blocks over item embeddings (see the module docstring)."""
 
     wants_positions = True
+    init_policy = "recbole"
 
     def __init__(self, d_model: int = 64, n_layers: int = 2, n_heads: int = 2, dropout: float = 0.1):
         super().__init__()
         self.blocks = nn.ModuleList(SASRecBlock(d_model, n_heads, dropout) for _ in range(n_layers))
+        apply_init(self)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         attention_mask = causal_padding_mask(mask)

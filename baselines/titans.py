@@ -27,6 +27,13 @@ with a SwiGLU MLP. The MAC and MAG variants are not implemented.
 
 As in ``baselines/ttt.py``, chunks start at each sequence's first real item (``align_to_chunks``), so
 outputs do not depend on the amount of left padding.
+
+Initialisation (``init_policy = "titans"``, ``prism_rec.init``), as lucidrains/titans-pytorch (the public code;
+the authors published none): titans_pytorch/neural_memory.py, memory_models.py and mac_transformer.py set
+no global rule, so every Linear (projections, gates, attention, MLP) and the short convolutions keep
+PyTorch's default (kaiming-uniform weights, biases U(+-1/sqrt(fan_in))); the gate biases are not offset
+(``init_*_bias`` default None there); the memory MLP's initial weights are xavier-uniform per head
+(``MemoryMLP``); the persistent memory starts at 0 (``persistent_memory`` in mac_transformer.py); norms at 1.
 """
 
 from __future__ import annotations
@@ -36,8 +43,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from prism_rec.baselines.ttt import align_to_chunks, gelu_tanh_grad, restore_alignment
+from prism_rec.init import apply_init
 from prism_rec.nn import GatedRMSNorm, PreNormStack, ShortConv, l2norm
 from prism_rec.registry import register_backbone
+
+
+def xavier_uniform_per_head(weight: torch.Tensor) -> torch.Tensor:
+    """Each head's [fan_in, fan_out] slice of weight [H, fan_in, fan_out] from xavier-uniform, in place."""
+    for head in weight:
+        nn.init.xavier_uniform_(head)
+    return weight
 
 
 def decay_matrix(cumulative_log: torch.Tensor) -> torch.Tensor:
@@ -107,11 +122,9 @@ class NeuralMemoryLayer(nn.Module):
         H, Dh = n_heads, self.head_dim
         self.q_proj, self.k_proj, self.v_proj = (nn.Linear(d_model, d_model, bias=False) for _ in range(3))
         self.q_conv, self.k_conv, self.v_conv = (ShortConv(d_model, conv_size) for _ in range(3))
-        self.gate_proj = nn.Linear(d_model, 3 * H)  # alpha, eta, theta per head
-        with torch.no_grad():
-            self.gate_proj.bias.copy_(torch.tensor([-4.0, 2.0, 0.0]).repeat_interleave(H))
-        self.weight1 = nn.Parameter(torch.randn(H, Dh, memory_expansion * Dh) * Dh**-0.5)
-        self.weight2 = nn.Parameter(torch.randn(H, memory_expansion * Dh, Dh) * 0.02)
+        self.gate_proj = nn.Linear(d_model, 3 * H)  # alpha, eta, theta per head (PyTorch's default init)
+        self.weight1 = nn.Parameter(xavier_uniform_per_head(torch.empty(H, Dh, memory_expansion * Dh)))
+        self.weight2 = nn.Parameter(xavier_uniform_per_head(torch.empty(H, memory_expansion * Dh, Dh)))
         self.out_norm = GatedRMSNorm(Dh)
         self.out_gate = nn.Linear(d_model, d_model, bias=False)
         self.o_proj = nn.Linear(d_model, d_model, bias=False)
@@ -152,8 +165,8 @@ class SlidingWindowAttention(nn.Module):
             raise ValueError(f"titans: d_model={d_model} is not divisible by n_heads={n_heads}")
         self.n_heads, self.head_dim, self.window, self.dropout = n_heads, d_model // n_heads, window, dropout
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
-        self.persistent_keys = nn.Parameter(torch.randn(n_heads, persistent_tokens, self.head_dim) * 0.02)
-        self.persistent_values = nn.Parameter(torch.randn(n_heads, persistent_tokens, self.head_dim) * 0.02)
+        self.persistent_keys = nn.Parameter(torch.zeros(n_heads, persistent_tokens, self.head_dim))
+        self.persistent_values = nn.Parameter(torch.zeros(n_heads, persistent_tokens, self.head_dim))
         self.o_proj = nn.Linear(d_model, d_model, bias=False)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -176,6 +189,8 @@ class SlidingWindowAttention(nn.Module):
 class Titans(nn.Module):
     """n_layers x (neural-memory block, sliding-window attention block), pre-norm with SwiGLU MLPs."""
 
+    init_policy = "titans"
+
     def __init__(self, d_model: int = 64, n_layers: int = 2, n_heads: int = 2, dropout: float = 0.1,
                  chunk_size: int = 16, base_lr: float = 0.1, memory_expansion: int = 4, window: int = 32,
                  persistent_tokens: int = 4):
@@ -188,6 +203,7 @@ class Titans(nn.Module):
             return SlidingWindowAttention(d_model, n_heads, window, persistent_tokens, dropout)
 
         self.stack = PreNormStack(d_model, 2 * n_layers, make_mixer, dropout)
+        apply_init(self)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         aligned_x, aligned_mask, shift = align_to_chunks(x, mask, self.chunk_size)

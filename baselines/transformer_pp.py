@@ -7,6 +7,10 @@ is rotated by the angle m * theta_i at position m, theta_i = base^(-2i / head_di
 counted from the first real item, so extra left-padding does not move them. Padded keys are masked out
 and a padded query attends only to itself. The SwiGLU hidden width is 4 d: LLaMA's 8/3 d rounded up to a
 multiple of 256, as fla's Transformer++ does, is 4 d at d = 64.
+
+Initialisation (``init_policy = "fla"``, ``prism_rec.init``), as fla's ``TransformerPreTrainedModel.
+_init_weights`` (fla/models/transformer/modeling_transformer.py): every Linear ~ N(0, 0.02), norms at 1; no
+residual rescaling (``rescale_prenorm_residual`` defaults to False there).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from prism_rec.baselines.sasrec import causal_padding_mask
+from prism_rec.init import apply_init
 from prism_rec.nn import PreNormStack, positions_from_first_item
 from prism_rec.registry import register_backbone
 
@@ -63,11 +68,14 @@ class RotaryAttention(nn.Module):
 class TransformerPP(nn.Module):
     """Pre-norm stack of rotary attention and SwiGLU blocks (see the module docstring)."""
 
+    init_policy = "fla"
+
     def __init__(self, d_model: int = 64, n_layers: int = 2, n_heads: int = 2, dropout: float = 0.1,
                  rope_base: float = 10000.0, ffn_mult: float = 4.0):
         super().__init__()
         self.stack = PreNormStack(d_model, n_layers, lambda i: RotaryAttention(d_model, n_heads, rope_base),
                                   dropout=dropout, ffn_mult=ffn_mult)
+        apply_init(self)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.stack(x, mask)

@@ -36,6 +36,12 @@ Mini-batches start at each sequence's first real item: the backbone moves every 
 that its number of padding positions is a multiple of the mini-batch size (``align_to_chunks``), runs,
 and moves the rows back. Outputs therefore depend on neither the amount of left padding nor the
 other rows of the batch, and no ``padding_granularity`` is needed.
+
+Initialisation (``init_policy = "ttt"``, ``prism_rec.init``), as ttt-lm-pytorch (ttt.py,
+``TTTPreTrainedModel._init_weights`` and ``TTTBase``/``TTTLinear``/``TTTMLP``): every Linear (theta_Q, theta_K,
+theta_V, W_lr, the gate, o_proj, the SwiGLU MLP) ~ N(0, 0.02) with zero biases; the inner model's initial
+weights ~ N(0, 0.02) and biases 0; the TTT LayerNorm at 1/0 (flagged ``_no_weight_decay`` as a norm); the
+position-scale bias 0; the other norms at 1. No residual rescaling.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from prism_rec.init import apply_init
 from prism_rec.nn import PreNormStack
 from prism_rec.registry import register_backbone
 
@@ -182,6 +189,7 @@ class TTTLayer(nn.Module):
             self.bias2 = nn.Parameter(torch.zeros(H, Dh))
         self.ln_weight = nn.Parameter(torch.ones(H, Dh))
         self.ln_bias = nn.Parameter(torch.zeros(H, Dh))
+        self.ln_weight._no_weight_decay = True  # a norm's scale, held as a raw parameter
         self.post_norm = nn.LayerNorm(d_model, eps=eps)
         self.gate_proj = nn.Linear(d_model, d_model)
         self.o_proj = nn.Linear(d_model, d_model, bias=False)
@@ -230,6 +238,8 @@ class TTTLayer(nn.Module):
 class TTT(nn.Module):
     """Pre-norm residual stack of TTT layers with SwiGLU MLPs (see the module docstring)."""
 
+    init_policy = "ttt"
+
     def __init__(self, d_model: int = 64, n_layers: int = 2, n_heads: int = 2, dropout: float = 0.1,
                  inner: str = "linear", mini_batch_size: int = 16, base_lr: float = 1.0, mlp_expansion: int = 4):
         super().__init__()
@@ -239,6 +249,7 @@ class TTT(nn.Module):
             lambda _: TTTLayer(d_model, n_heads, inner, mini_batch_size, base_lr, mlp_expansion),
             dropout,
         )
+        apply_init(self)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         aligned_x, aligned_mask, shift = align_to_chunks(x, mask, self.mini_batch_size)

@@ -7,6 +7,7 @@ import math
 import torch
 from torch import nn
 
+from .init import init_embeddings, policy_of
 from .nn import positions_from_first_item
 from .registry import build_backbone
 
@@ -17,6 +18,10 @@ class SequentialRecommender(nn.Module):
     Backbones that set ``wants_positions = True`` (SASRec) get learned absolute positions counted from
     the first real item of each sequence, so extra left-padding does not shift them, and the item
     embedding scaled by sqrt(d) as in SASRec.
+
+    The item table (padding row 0 zeroed) and the positions are drawn by the backbone's declared
+    initialisation policy (``prism_rec.init``: N(0, 0.02) for fla, RecBole and TTT backbones); the final
+    LayerNorm starts at weight 1, bias 0.
     """
 
     def __init__(self, n_items: int, backbone: str, d_model: int = 64, max_len: int = 200,
@@ -24,15 +29,13 @@ class SequentialRecommender(nn.Module):
         super().__init__()
         self.n_items = n_items
         self.item_embedding = nn.Embedding(n_items + 1, d_model, padding_idx=0)
-        nn.init.normal_(self.item_embedding.weight, std=d_model**-0.5)
-        with torch.no_grad():
-            self.item_embedding.weight[0].zero_()
         self.backbone = build_backbone(backbone, d_model=d_model, dropout=dropout, **backbone_options)
         self.positional = bool(getattr(self.backbone, "wants_positions", False))
         self.position_embedding = nn.Embedding(max_len, d_model) if self.positional else None
         self.embedding_scale = math.sqrt(d_model) if self.positional else 1.0
         self.embedding_dropout = nn.Dropout(dropout)
         self.final_norm = nn.LayerNorm(d_model)
+        init_embeddings(policy_of(self.backbone), self.item_embedding, self.position_embedding)
 
     def encode(self, items: torch.Tensor) -> torch.Tensor:
         """Left-padded item ids [B, T] (0 = padding) -> hidden states [B, T, d]."""

@@ -100,8 +100,8 @@ class PreNormStack(nn.Module):
 
 
 def ssd_gate_init(n_heads: int, a_range=(1.0, 16.0), dt_range=(1e-3, 0.1), dt_floor: float = 1e-4):
-    """(A_log, dt_bias) [H] as in the official Mamba-2 (also used by Gated DeltaNet): A ~ U[a_range],
-    dt log-uniform in dt_range, dt_bias = softplus^-1(dt)."""
+    """(A_log, dt_bias) [H] as in the official Mamba-2: A ~ U[a_range] (fla's Gated DeltaNet passes [0, 16]),
+    dt log-uniform in dt_range (clamped at dt_floor), dt_bias = softplus^-1(dt)."""
     A = torch.empty(n_heads).uniform_(*a_range)
     log_dt_min, log_dt_max = math.log(dt_range[0]), math.log(dt_range[1])
     dt = torch.exp(torch.rand(n_heads) * (log_dt_max - log_dt_min) + log_dt_min).clamp(min=dt_floor)

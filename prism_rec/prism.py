@@ -24,6 +24,12 @@ Switches (paper Table 3): ``L`` (0 = exactly Gated DeltaNet: the anchor is not e
 ``variant`` ("canonical" | "paper-eq18": no base write beta v k^T and the erase uses beta(1), kappa(1), i.e.
 S_t = alpha_t (I - beta_t(1) kappa_t(1) kappa_t(1)^T) S_{t-1} + sum_l kappa_t(l) w_t(l)^T; W_k, its conv and
 W_b are then unused and not built).
+
+Initialisation: ``Prism`` inherits Gated DeltaNet's ``init_policy = "fla"`` (fla's ``_init_weights``,
+fla/models/gated_deltanet/modeling_gated_deltanet.py; see ``baselines/gated_deltanet.py`` and
+``prism_rec.init``), applied at the end of ``GatedDeltaNet.__init__`` after every layer is built: the added
+projections W_u, W_k(l), W_p(l), W_beta(l) and the anchor's conv ~ N(0, 0.02) like the rest. At L = 0 no
+extra module is built, so PRISM draws exactly Gated DeltaNet's weights for the same seed.
 """
 
 from __future__ import annotations
