@@ -99,7 +99,8 @@ def run_jobs(jobs: list, work: Callable[[Any], dict], workers: int, deadline: fl
              expected_seconds: Callable[[Any], float | None] | None = None,
              cuda_devices: list[str] | None = None) -> list:
     """Run ``work(job)`` for ``jobs`` in order on ``workers`` processes; ``on_result(job, result)`` is
-    called in this process as each one ends (result["status"] is the job's own, "failed" or "abandoned").
+    called in this process as each one ends (result["status"] is the job's own, "failed" or "abandoned")
+    and may return further jobs, which join the end of the queue (jobs that depend on earlier results).
 
     ``work`` must be a module-level function and jobs picklable. ``deadline`` is a ``time.time()``
     value. With ``expected_seconds``, a free worker skips jobs expected to outlast the deadline and takes
@@ -116,7 +117,7 @@ def run_jobs(jobs: list, work: Callable[[Any], dict], workers: int, deadline: fl
 
             torch.cuda.set_device(cuda_devices[0])
         while (job := _next_job(queue, deadline, expected_seconds)) is not None:
-            on_result(job, _call(work, job))
+            queue.extend(on_result(job, _call(work, job)) or [])
         return queue
     context = multiprocessing.get_context("spawn")
     threads = max(1, (os.cpu_count() or 1) // workers)
@@ -144,7 +145,7 @@ def run_jobs(jobs: list, work: Callable[[Any], dict], workers: int, deadline: fl
                     if not finished:
                         worker.process.kill()
                     on_result(worker.job, worker.connection.recv() if finished else {"status": ABANDONED})
-                    worker.job = None
+                    worker.job = None  # follow-up jobs are not started after the deadline
                 return queue
             ready = wait([w.connection for w in busy] + [w.process.sentinel for w in busy], timeout=POLL_SECONDS)
             for worker in busy:
@@ -159,7 +160,7 @@ def run_jobs(jobs: list, work: Callable[[Any], dict], workers: int, deadline: fl
                 else:
                     continue
                 job, worker.job = worker.job, None
-                on_result(job, result)
+                queue.extend(on_result(job, result) or [])
     finally:
         for worker in pool:
             if worker.process.is_alive() and worker.job is None:

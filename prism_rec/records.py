@@ -3,7 +3,8 @@
 A record holds what ``prism-rec bench`` logs for one child run: the params (``TrainConfig.params()``, the
 model and the ``data.*`` options), the tags (provenance, dataset, command, ``prism_rec_role=child``,
 model, seed, config_hash), the per-epoch metrics, the final ``test_*``, ``best_valid_*`` and cost metrics
-under runner.py's names, the status and the start/end times. :func:`import_records` logs every record
+under runner.py's names, the status and the start/end times, and the per-test-case ranks (case_ranks.py;
+logged as the artifact ``case_ranks.json``, as ``prism-rec bench`` logs it). :func:`import_records` logs every record
 not yet in the store as a child run ``<model>-s<seed>`` under one parent run per dataset and import, so
 ``prism-rec tables`` and ``make ui`` treat them like local runs; the tag ``record_id`` makes a second
 import of the same record a no-op.
@@ -17,6 +18,7 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
+from .case_ranks import encode as encode_case_ranks
 from .checkpoint import config_hash
 from .data.core import ProcessedDataset
 from .files import jsonl_text, write_atomically
@@ -25,6 +27,7 @@ from .train import TrainConfig
 RECORD_FORMAT = "prism-rec-run-1"
 RECORDS_SUFFIX = ".records.jsonl"
 RECORD_ID_TAG = "record_id"
+CASE_RANKS_ARTIFACT = "case_ranks.json"
 FINISHED = "FINISHED"
 
 
@@ -60,7 +63,14 @@ def make_record(dataset: ProcessedDataset, model: str, config: TrainConfig, resu
                    "world_size": 1},
         "history": result["history"],
         "metrics": final_metrics(result),
+        "case_ranks": case_ranks_entry(result),
     }
+
+
+def case_ranks_entry(result: dict) -> dict:
+    """The compact per-test-case results of a ``fit`` result (case_ranks.encode)."""
+    cases = result["test_case_ranks"]
+    return encode_case_ranks(cases["users"], cases["twice_rank"], cases["n_items"])
 
 
 def final_metrics(result: dict) -> dict[str, float]:
@@ -144,6 +154,8 @@ def log_record(record: dict, experiment: str, parent_run_id: str | None = None) 
     for start in range(0, len(metrics), 1000):
         client.log_batch(run_id, metrics=metrics[start : start + 1000])
     client.log_dict(run_id, record["config"], "config.json")
+    if "case_ranks" in record:  # records made before per-case results were kept have none
+        client.log_dict(run_id, record["case_ranks"], CASE_RANKS_ARTIFACT)
     if record["history"]:
         figure = learning_curve(record["history"], f"{record['experiment']} {record['tags']['model']} "
                                                    f"seed {record['tags']['seed']}")

@@ -25,7 +25,7 @@ from . import distributed
 from .checkpoint import CHECKPOINT_DIR, checkpoint_file, config_hash
 from .data.sources import load_dataset
 from .plots import learning_curve
-from .records import dataset_stats_tag, final_metrics, run_hash
+from .records import CASE_RANKS_ARTIFACT, case_ranks_entry, dataset_stats_tag, final_metrics, run_hash
 from .tables import RESULTS_DIR, write_tables
 from .tracking import experiment_id, provenance_tags
 from .train import TrainConfig, fit, resolve_device
@@ -149,6 +149,7 @@ def _log_result(result: dict, title: str) -> None:
     import mlflow
 
     mlflow.log_metrics(final_metrics(result))
+    mlflow.log_dict(case_ranks_entry(result), CASE_RANKS_ARTIFACT)
     mlflow.log_figure(learning_curve(result["history"], title), "learning_curve.png")
     print(f"    test AUC {result['test']['auc']:.4f}  Hit@10 {result['test']['hit_10']:.4f}  "
           f"best epoch {result['best_epoch']}/{result['epochs_run']}  "

@@ -22,19 +22,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.checkpoint import checkpoint
 from tqdm.auto import tqdm
 
 from .checkpoint import StopRequest, capture_rng, load, restore_rng, save_atomically
 from .data.batching import evaluation_batch, training_windows
 from .data.core import ProcessedDataset
 from .distributed import World
+from .losses import full_softmax_loss_sum
+from .case_ranks import twice_ranks
 from .metrics import METRIC_NAMES, MetricMeans, rank_metrics
 from .model import SequentialRecommender
+from .popularity import PopularityRecommender, training_counts
+from .registry import backbone_entry
 
 LOSSES = ("full", "sampled")
 PRECISIONS = ("bf16", "fp32")  # bf16: bf16 autocast on CUDA; fp32: fp32 everywhere, TF32 off (CPU is always fp32)
-LOGIT_CHUNK_ROWS = 4096
 CHECKPOINT_FORMAT = "prism-rec-training-1"
 
 
@@ -69,6 +71,10 @@ class TrainConfig:
         for name in ("d_model", "n_layers", "max_len", "batch_size", "epochs", "eval_batch_size", "n_negatives"):
             if getattr(self, name) < 1:
                 raise ValueError(f"option --{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
+        for name in ("lr", "weight_decay"):  # a rate of 0 trains nothing (pop's runs record it)
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"option --{name.replace('_', '-')}: must be a finite number >= 0, got {value}")
         if self.patience < 0:
             raise ValueError(f"option --patience: must be >= 0, got {self.patience}")
 
@@ -114,15 +120,16 @@ def check_devices(device: str) -> list[str]:
     return devices
 
 
-def build_model(dataset: ProcessedDataset, backbone: str, config: TrainConfig) -> SequentialRecommender:
+def build_model(dataset: ProcessedDataset, backbone: str,
+                config: TrainConfig) -> SequentialRecommender | PopularityRecommender:
+    """The recommender of ``backbone``: a ``SequentialRecommender`` around it, or for a popularity ranker
+    (``pop``) the dataset's training counts."""
+    if getattr(backbone_entry(backbone).factory, "ranks_by_popularity", False):
+        return PopularityRecommender(training_counts(dataset))
     return SequentialRecommender(
         dataset.n_items, backbone, d_model=config.d_model, max_len=config.max_len, dropout=config.dropout,
         n_layers=config.n_layers, n_heads=config.n_heads, **config.backbone_options,
     )
-
-
-def _logsumexp_rows(hidden: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    return torch.logsumexp((hidden @ table.t()).float(), dim=-1)
 
 
 class NextItemObjective(nn.Module):
@@ -142,15 +149,10 @@ class NextItemObjective(nn.Module):
         trained = (inputs > 0) & (targets > 0)  # [B, T]
         hidden, targets = hidden[trained], targets[trained]  # [N, d], [N]
         table = self.model.item_table()  # [I, d]
-        positive = (hidden * table[targets - 1]).sum(-1).float()  # [N]
-        if self.config.loss == "full":
-            parts = [
-                checkpoint(_logsumexp_rows, chunk, table, use_reentrant=False) if torch.is_grad_enabled() else
-                _logsumexp_rows(chunk, table)
-                for chunk in hidden.split(LOGIT_CHUNK_ROWS)
-            ]
-            loss_sum = (torch.cat(parts) - positive).sum()
+        if self.config.loss == "full":  # fused Triton kernels on CUDA, chunked logits elsewhere (losses.py)
+            loss_sum = full_softmax_loss_sum(hidden, table, targets - 1)
         else:
+            positive = (hidden * table[targets - 1]).sum(-1).float()  # [N]
             negatives = torch.randint(1, self.model.n_items + 1, (self.config.n_negatives,), device=window.device,
                                       generator=self.generator)
             negative_logits = (hidden @ table[negatives - 1].t()).float()  # [N, k]
@@ -162,12 +164,16 @@ class NextItemObjective(nn.Module):
 
 @torch.no_grad()
 def evaluate(model: SequentialRecommender, dataset: ProcessedDataset, cases: np.ndarray, config: TrainConfig,
-             device: torch.device, description: str = "eval", world: World = World()) -> dict[str, float]:
+             device: torch.device, description: str = "eval", world: World = World(),
+             case_ranks: dict | None = None) -> dict[str, float]:
     """Full-ranking metrics of ``cases`` (user, position) rows, batched on ``device``; in a data-parallel
-    world every rank ranks its share of the cases and the metric sums and counts are added up."""
+    world every rank ranks its share of the cases and the metric sums and counts are added up. A
+    ``case_ranks`` dict receives every case's user and twice-rank (case_ranks.py) as arrays "users" and
+    "twice_rank", in the order of ``cases``, and "n_items"."""
     model.eval()
     means = MetricMeans()
     own_cases = world.share(cases)
+    own_ranks = []
     batches = range(0, len(own_cases), config.eval_batch_size)
     for start in tqdm(batches, desc=description, leave=False, disable=not (config.progress and world.is_main)):
         histories, targets = evaluation_batch(dataset, own_cases[start : start + config.eval_batch_size],
@@ -175,7 +181,13 @@ def evaluate(model: SequentialRecommender, dataset: ProcessedDataset, cases: np.
         hidden = model.encode(torch.from_numpy(histories).to(device))[:, -1]  # [C, d]
         with torch.autocast(device.type, enabled=False):  # bf16 scores would tie many items with the target
             scores = model.score_all(hidden.float())  # [C, I]
-        means.add(rank_metrics(scores, torch.from_numpy(targets - 1).to(device)))
+        target_columns = torch.from_numpy(targets - 1).to(device)
+        means.add(rank_metrics(scores, target_columns))
+        if case_ranks is not None:
+            own_ranks.append(twice_ranks(scores, target_columns).cpu().numpy())
+    if case_ranks is not None:
+        ranks = np.concatenate(world.gather_objects(np.concatenate(own_ranks) if own_ranks else np.zeros(0, np.int64)))
+        case_ranks.update(users=cases[:, 0].copy(), twice_rank=ranks, n_items=dataset.n_items)
     if world.distributed:
         totals = world.sum([means.sums[name] for name in METRIC_NAMES] + [means.count], device)
         means = MetricMeans()
@@ -239,6 +251,8 @@ def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch
         torch.cuda.set_device(device)  # code that launches on the current device (Triton) follows the model
     set_seed(config.seed)
     model = build_model(dataset, backbone, config).to(device)
+    if not any(True for _ in model.parameters()):
+        return _evaluate_untrained(model, dataset, backbone, config, device, world)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     windows = torch.from_numpy(training_windows(dataset, config.max_len))  # [U', T + 1]
     if not len(windows):
@@ -327,9 +341,17 @@ def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch
             if progress["epoch"] < config.epochs:
                 save(epoch_loss_sum)
     model.load_state_dict(progress["best_state"])
+    case_ranks: dict = {}
     with autocast:
-        test = evaluate(model, dataset, dataset.test_cases, config, device, f"{backbone} test", world)
+        test = evaluate(model, dataset, dataset.test_cases, config, device, f"{backbone} test", world, case_ranks)
     history, best_epoch = progress["history"], progress["best_epoch"]
+    return _result(model, device, history, best_epoch, test, case_ranks, wall_start,
+                   progress["trained_tokens"] / max(progress["train_seconds"], 1e-9))
+
+
+def _result(model: nn.Module, device: torch.device, history: list[dict], best_epoch: int, test: dict,
+            case_ranks: dict, wall_start: float, tokens_per_s: float) -> dict:
+    """What ``fit`` returns (``best_epoch`` 0-based into ``history``)."""
     return {
         "model": model,
         "best_epoch": best_epoch + 1,
@@ -337,11 +359,24 @@ def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch
         "history": history,
         "valid": {k.removeprefix("valid_"): v for k, v in history[best_epoch].items() if k.startswith("valid_")},
         "test": test,
-        "train_tokens_per_s": progress["trained_tokens"] / max(progress["train_seconds"], 1e-9),
+        "test_case_ranks": case_ranks,
+        "train_tokens_per_s": tokens_per_s,
         "peak_memory_mb": peak_memory_mb(device),
         "wall_seconds": time.perf_counter() - wall_start,
         "n_parameters": sum(p.numel() for p in model.parameters()),
     }
+
+
+def _evaluate_untrained(model: nn.Module, dataset: ProcessedDataset, backbone: str, config: TrainConfig,
+                        device: torch.device, world: World) -> dict:
+    """``fit`` of a model with nothing to train (``pop``): one validation and one test evaluation; its
+    history is that one validation row, reported as epoch 1 of 1 with no training tokens."""
+    wall_start = time.perf_counter()
+    valid = evaluate(model, dataset, dataset.valid_cases, config, device, f"{backbone} valid", world)
+    case_ranks: dict = {}
+    test = evaluate(model, dataset, dataset.test_cases, config, device, f"{backbone} test", world, case_ranks)
+    history = [{"train_loss": math.nan, **{f"valid_{k}": v for k, v in valid.items()}}]
+    return _result(model, device, history, 0, test, case_ranks, wall_start, 0.0)
 
 
 def _restore(path: Path | None, config: TrainConfig, world: World, model: SequentialRecommender,

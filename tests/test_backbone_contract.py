@@ -78,6 +78,8 @@ def test_left_padding_invariant(name):
 @pytest.mark.parametrize("name", list_backbones())
 def test_every_parameter_gets_gradient(name):
     model = build(name).train()
+    if not any(True for _ in model.parameters()):
+        pytest.skip(f"{name} has no parameters (a popularity ranker)")
     x, mask = batch(T=40)
     model(x, mask).pow(2).sum().backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]

@@ -6,6 +6,7 @@ import mlflow
 import pytest
 import torch
 
+from prism_rec.case_ranks import decode
 from prism_rec.cli import main
 from prism_rec.data.sources import load_dataset
 from prism_rec.train import TrainConfig, fit
@@ -54,7 +55,11 @@ def test_bench_logs_runs_and_writes_table(store, tiny, run_cli):
         assert children[f"tags.{tag}"].notna().all()
     client = mlflow.MlflowClient()
     for run_id in children["run_id"]:
-        assert {a.path for a in client.list_artifacts(run_id)} == {"config.json", "learning_curve.png"}
+        assert {a.path for a in client.list_artifacts(run_id)} == {"config.json", "learning_curve.png",
+                                                                    "case_ranks.json"}
+        cases = decode(mlflow.artifacts.load_dict(f"runs:/{run_id}/case_ranks.json"))
+        test_auc = children.set_index("run_id").loc[run_id, "metrics.test_auc"]
+        assert cases.auc().mean() == pytest.approx(test_auc, abs=1e-12)
         config = json.loads(open(client.download_artifacts(run_id, "config.json", str(store))).read())
         assert config["model"] == "sasrec" and config["train"]["d_model"] == 16
     parent_id = runs.loc[runs["tags.prism_rec_role"] == "parent", "run_id"].iloc[0]
