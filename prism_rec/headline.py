@@ -1,12 +1,18 @@
-"""The headline benchmark: every registered backbone on the four real subsets, 3 seeds, on one GPU.
+"""The headline benchmark (protocol "headline-v2"): every registered backbone on the real subsets, its
+learning rate tuned on seed 0, 3 seeds at the chosen rate, on one GPU or several.
 
-``python -m prism_rec.headline run --out DIR`` trains the (dataset, backbone, seed) grid with N worker
-processes sharing one device, or several (``--device cuda:0,cuda:1``: worker i on the i-th, cyclically). Each finished run is appended to ``DIR/headline.records.jsonl`` (a full
-run record, see records.py) and ``DIR/headline_manifest.jsonl`` (one line: keys, settings hash, final
-metrics, cost). Runs already in that manifest with the same settings are skipped, so a later call over a
-copy of the manifest continues the grid. Jobs go seed-first (seed 0 of every cell, then seed 1, ...) and
-longest-first within a seed (the wall time seen earlier for the same cell, else interactions x backbone
-parameters scaled by the times seen), so the short ones fill the end of a budget. With ``--budget`` seconds
+``python -m prism_rec.headline run --out DIR`` trains the grid with N worker processes sharing one device,
+or several (``--device cuda:0,cuda:1``: worker i on the i-th, cyclically). The grid follows tuning.py:
+seed 0 of every base backbone at every rate of ``--lr-grid``; as soon as a base's grid is complete (in
+this call or an earlier one), its other seeds at the chosen rate and its presets' seeds (``prism-*`` take
+prism's rate) join the queue; ``pop`` runs once (seed 0; nothing to tune). Each finished run is appended
+to ``DIR/headline.records.jsonl`` (a full run record, see records.py), ``DIR/headline_v2_manifest.jsonl``
+(one line: keys, protocol, rate, settings hash, final metrics, cost) and
+``DIR/headline_v2_case_ranks.jsonl`` (its per-test-user ranks, case_ranks.py). Runs already in that
+manifest with the same settings are skipped, so a later call over a copy of the manifest continues the
+grid. Jobs go tuning runs first, then the runs at chosen rates, longest-first within each (the wall time
+seen earlier for the same cell, else interactions x backbone parameters scaled by the times seen), so
+the short ones fill the end of a budget. With ``--budget`` seconds
 a job starts only when that estimate (once any time has been seen), corrected by how long this call's
 finished runs took against theirs, ends before the deadline; jobs still running at it are abandoned,
 unrecorded. Manifest lines say how the runs shared the GPU (``gpu_sharing``: "mps" when the driver ran
@@ -30,7 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import registry
+from . import registry, tuning
 from .data.sources import load_dataset
 from .files import write_jsonl
 from .jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
@@ -38,19 +44,24 @@ from .records import RECORDS_SUFFIX, append_jsonl, import_records, make_record, 
 from .tracking import PROJECT_ROOT, provenance_tags
 from .train import TrainConfig, check_devices, fit, resolve_device
 
-DATASETS = ("yelp-iclrec", "electronics-gerec", "books-dealrec", "movies-fedcsr")
+PROTOCOL = "headline-v2"
+DATASETS = ("ml-100k", "yelp-iclrec", "electronics-gerec", "books-dealrec", "movies-long", "movies-fedcsr")
 SEEDS = (0, 1, 2)
-SETTINGS = {"d_model": 64, "n_layers": 2, "n_heads": 2, "dropout": 0.1, "batch_size": 256, "lr": 1e-3,
-            "epochs": 50, "patience": 5}
+SETTINGS = {"d_model": 64, "n_layers": 2, "n_heads": 2, "dropout": 0.1, "batch_size": 256, "epochs": 200,
+            "patience": 10}
 LAYERS = {"titans": 1}  # one Titans layer is a memory block plus an attention block
-MANIFEST_NAME = "headline_manifest.jsonl"
+UNTRAINED_RATE = 0.0  # the rate recorded for pop, which trains nothing
+MANIFEST_NAME = "headline_v2_manifest.jsonl"
+CASE_RANKS_NAME = "headline_v2_case_ranks.jsonl"
 RECORDS_NAME = f"headline{RECORDS_SUFFIX}"
 RESULTS_MANIFEST = PROJECT_ROOT / "results" / MANIFEST_NAME
+RESULTS_CASE_RANKS = PROJECT_ROOT / "results" / CASE_RANKS_NAME
 
 
-def training_config(dataset: str, model: str, seed: int, device: str, overrides: dict) -> TrainConfig:
-    """The headline settings for one cell: SETTINGS, the dataset's default window, ``overrides`` last."""
-    values = {**SETTINGS, "n_layers": LAYERS.get(model, SETTINGS["n_layers"]),
+def training_config(dataset: str, model: str, seed: int, device: str, overrides: dict, lr: float) -> TrainConfig:
+    """The headline settings for one cell at rate ``lr``: SETTINGS, the dataset's default window,
+    ``overrides`` last."""
+    values = {**SETTINGS, "n_layers": LAYERS.get(model, SETTINGS["n_layers"]), "lr": lr,
               "max_len": registry.get_dataset(dataset).max_len, **overrides}
     return TrainConfig(**values, seed=seed, device=device, progress=False)
 
@@ -65,7 +76,13 @@ class HeadlineJob:
 
     @property
     def label(self) -> str:
-        return f"{self.dataset}/{self.model}/s{self.config.seed}"
+        return f"{self.dataset}/{self.model}/lr{self.config.lr:g}/s{self.config.seed}"
+
+    @property
+    def tunes(self) -> bool:
+        """Whether this is a seed-0 run of a base backbone's rate grid (the runs that come first)."""
+        return (self.model not in tuning.UNTRAINED and self.config.seed == tuning.TUNING_SEED
+                and tuning.tuning_base(self.model) == self.model)
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,7 +102,10 @@ def train_cell(job: HeadlineJob) -> dict:
 def manifest_entry(record: dict) -> dict:
     """The manifest line of a finished record: keys, settings hash, final metrics, cost, provenance."""
     tags = record["tags"]
+    params = record["params"]
     return {"dataset": record["experiment"], "model": tags["model"], "seed": int(tags["seed"]),
+            "protocol": PROTOCOL, "lr": float(params["lr"]), "epochs": int(params["epochs"]),
+            "patience": int(params["patience"]),
             "config_hash": tags["config_hash"], "record_id": record["record_id"], **record["metrics"],
             "machine": tags["machine"], "git_commit": tags["git_commit"], "command": tags["command"],
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record["end_time_ms"] / 1000))}
@@ -109,9 +129,12 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
         if entry["config_hash"] in grid_hashes:
             sharing = jobs_per_device / entry.get("jobs_per_device", jobs_per_device)
             seen.setdefault((entry["dataset"], entry["model"]), []).append(entry["wall_seconds"] * sharing)
-    parameters = {job.model: backbone_parameters(job.model, job.config) for job in jobs}
+    parameters: dict[str, int] = {}
+    for job in jobs:
+        if job.model not in parameters:
+            parameters[job.model] = backbone_parameters(job.model, job.config)
     scales = [statistics.fmean(seconds) / (interactions[d] * parameters[m])
-              for (d, m), seconds in seen.items() if d in interactions and m in parameters]
+              for (d, m), seconds in seen.items() if d in interactions and parameters.get(m)]  # pop has none
     scale = statistics.median(scales) if scales else 1.0
 
     def estimate(job: HeadlineJob) -> float:
@@ -122,8 +145,9 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
 
 
 def order_jobs(jobs: list[HeadlineJob], expected: dict[str, float]) -> list[HeadlineJob]:
-    """Seed-first, then longest-first by ``expected`` seconds (short jobs pack the end of a budget)."""
-    return sorted(jobs, key=lambda job: (job.config.seed, -expected[job.label]))
+    """Tuning runs first (the others wait for their choice), then longest-first by ``expected`` seconds
+    (short jobs pack the end of a budget)."""
+    return sorted(jobs, key=lambda job: (not job.tunes, -expected[job.label]))
 
 
 class CorrectedEstimates:
@@ -158,56 +182,103 @@ def gpu_sharing(device: str) -> str:
     return "mps" if pipes and (Path(pipes) / "control").exists() else "time-slicing"
 
 
+class GridPlan:
+    """The cells of the v2 grid and which of them can run now.
+
+    ``cells`` are the (dataset, model, seed, rate) runs the grid may need: pop once, every base backbone's
+    seed 0 at every rate, and every seed of every model at every rate (only those at the chosen rate are
+    ever queued; listing them all lets their time estimates be made up front). ``runnable(manifest)`` are
+    the jobs whose rate is known and which ``manifest`` lacks."""
+
+    def __init__(self, datasets: dict, models: list[str], seeds: list[int], grid: tuple[float, ...], device: str,
+                 overrides: dict, command: str):
+        missing_bases = sorted({tuning.tuning_base(m) for m in models} - set(models))
+        if missing_bases:
+            raise ValueError(f"option --models: {', '.join(m for m in models if tuning.tuning_base(m) in missing_bases)} "
+                             f"take the learning rate chosen for {', '.join(missing_bases)}; add it to the list")
+        self.grid, self.seeds = grid, seeds
+        self.jobs: dict[tuple[str, str, int, float], HeadlineJob] = {}
+        for name, dataset in datasets.items():
+            for model in models:
+                rates = (UNTRAINED_RATE,) if model in tuning.UNTRAINED else grid
+                for seed in (seeds[:1] if model in tuning.UNTRAINED else seeds):
+                    for lr in rates:
+                        config = training_config(name, model, seed, device, overrides, lr)
+                        self.jobs[(name, model, seed, lr)] = HeadlineJob(
+                            name, model, config, run_hash(name, dataset.options, model, config), command)
+
+    @property
+    def hashes(self) -> set[str]:
+        return {job.run_hash for job in self.jobs.values()}
+
+    def runnable(self, manifest: list[dict]) -> list[HeadlineJob]:
+        finished = {(e["dataset"], e["model"], e["seed"], e["config_hash"]) for e in manifest}
+        choices = tuning.chosen_rates([e for e in manifest if e["config_hash"] in self.hashes], self.grid)
+        ready = []
+        for (dataset, model, seed, lr), job in self.jobs.items():
+            wanted = (model in tuning.UNTRAINED or job.tunes
+                      or lr == tuning.rate_for(dataset, model, choices))
+            if wanted and (dataset, model, seed, job.run_hash) not in finished:
+                ready.append(job)
+        return ready
+
+
 def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_dir: Path, workers: int,
                  budget: float | None, device: str = "auto", overrides: dict | None = None,
-                 command: str = "") -> dict[str, int]:
-    """Train the grid's cells not yet in ``out_dir``'s manifest; returns counts per outcome."""
+                 command: str = "", grid: tuple[float, ...] = tuning.LR_GRID) -> dict[str, int]:
+    """Train the grid's runs not yet in ``out_dir``'s manifest, adding each base's chosen-rate runs as its
+    rate grid completes; returns counts per outcome."""
     if budget is not None and budget <= 0:
         raise ValueError(f"option --budget: must be > 0 seconds, got {budget}")
+    grid = tuning.check_grid(list(grid))
     devices = WorkerDevices(check_devices(device))
     deadline = time.time() + budget if budget is not None else float("inf")
     out_dir = Path(out_dir)
     manifest_path, records_path = out_dir / MANIFEST_NAME, out_dir / RECORDS_NAME
+    case_ranks_path = out_dir / CASE_RANKS_NAME
     manifest = read_jsonl(manifest_path)
-    finished = {(e["dataset"], e["model"], e["seed"], e["config_hash"]) for e in manifest}
     loaded = {name: load_dataset(name) for name in datasets}  # prepares the caches the workers read
     interactions = {name: dataset.stats()["interactions"] for name, dataset in loaded.items()}
-    jobs, grid_hashes = [], set()
-    for name, dataset in loaded.items():
-        for model in models:
-            for seed in seeds:
-                config = training_config(name, model, seed, devices.job_device, overrides or {})
-                job = HeadlineJob(name, model, config, run_hash(name, dataset.options, model, config), command)
-                grid_hashes.add(job.run_hash)
-                if (name, model, seed, job.run_hash) not in finished:
-                    jobs.append(job)
-    counts = {"already in manifest": len(datasets) * len(models) * len(seeds) - len(jobs), "finished": 0,
+    plan = GridPlan(loaded, models, seeds, grid, devices.job_device, overrides or {}, command)
+    jobs = plan.runnable(manifest)
+    queued = {job.label for job in jobs}
+    counts = {"already in manifest": sum(e["config_hash"] in plan.hashes for e in manifest), "finished": 0,
               FAILED: 0, ABANDONED: 0, "not started": 0}
     jobs_per_device = max(1, min(workers, len(jobs))) / len(devices.names)
-    prior, timed = estimate_seconds(jobs, manifest, interactions, grid_hashes, jobs_per_device)
+    prior, timed = estimate_seconds(list(plan.jobs.values()), manifest, interactions, plan.hashes, jobs_per_device)
     jobs, expected = order_jobs(jobs, prior), CorrectedEstimates(prior)
     sharing_mode = gpu_sharing(devices.job_device)
-    print(f"{len(jobs)} runs to do on {devices.describe()} with {workers} worker(s) "
-          f"(GPU sharing: {sharing_mode})"
+    print(f"{len(jobs)} runs ready on {devices.describe()} with {workers} worker(s) "
+          f"(GPU sharing: {sharing_mode}; rates {', '.join(f'{r:g}' for r in grid)})"
           f"{f', budget {budget:.0f} s' if budget else ''}; {counts['already in manifest']} already in "
           f"{manifest_path}", flush=True)
 
-    def on_result(job: HeadlineJob, result: dict) -> None:
+    def on_result(job: HeadlineJob, result: dict) -> list[HeadlineJob]:
         counts[result["status"]] += 1
-        if result["status"] == "finished":
-            record = result["record"]
-            append_jsonl(records_path, record)
-            append_jsonl(manifest_path, {**manifest_entry(record), "jobs_per_device": jobs_per_device,
-                                         "gpu_sharing": sharing_mode})
-            metrics = record["metrics"]
-            expected.finished(job, metrics["wall_seconds"])
-            print(f"[{counts['finished']}] {job.label}: test AUC {metrics['test_auc']:.4f}, epochs "
-                  f"{metrics['epochs_run']} (best {metrics['best_epoch']}), {metrics['wall_seconds']:.0f} s, "
-                  f"{metrics['train_tokens_per_s']:,.0f} tokens/s", flush=True)
-        elif result["status"] == ABANDONED:
+        if result["status"] == ABANDONED:
             print(f"{job.label}: abandoned at the deadline", flush=True)
-        else:
+            return []
+        if result["status"] != "finished":
             print(f"{job.label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
+            return []
+        record = result["record"]
+        entry = {**manifest_entry(record), "jobs_per_device": jobs_per_device, "gpu_sharing": sharing_mode}
+        append_jsonl(records_path, record)
+        append_jsonl(case_ranks_path, {key: entry[key] for key in ("record_id", "dataset", "model", "seed", "lr")}
+                     | {"case_ranks": record["case_ranks"]})
+        append_jsonl(manifest_path, entry)
+        manifest.append(entry)
+        metrics = record["metrics"]
+        expected.finished(job, metrics["wall_seconds"])
+        print(f"[{counts['finished']}] {job.label}: test AUC {metrics['test_auc']:.4f}, epochs "
+              f"{metrics['epochs_run']} (best {metrics['best_epoch']}), {metrics['wall_seconds']:.0f} s, "
+              f"{metrics['train_tokens_per_s']:,.0f} tokens/s", flush=True)
+        follow_ups = order_jobs([j for j in plan.runnable(manifest) if j.label not in queued], prior)
+        queued.update(j.label for j in follow_ups)
+        if follow_ups:
+            print(f"{job.dataset}/{tuning.tuning_base(job.model)}: rate chosen, {len(follow_ups)} run(s) queued",
+                  flush=True)
+        return follow_ups
 
     not_started = run_jobs(jobs, train_cell, workers, deadline, on_result, abandon_at_deadline=True,
                            expected_seconds=expected if timed else None,
@@ -233,7 +304,7 @@ def merge_manifests(paths: list[Path]) -> list[dict]:
 def parse_overrides(pairs: list[str]) -> dict:
     """``--set KEY=VALUE`` pairs as TrainConfig values of the field's type."""
     allowed = [name for name in TrainConfig.__dataclass_fields__
-               if name not in ("seed", "device", "progress", "backbone_options")]
+               if name not in ("seed", "device", "progress", "backbone_options", "lr")]  # rates: --lr-grid
     defaults, overrides = TrainConfig(), {}
     for pair in pairs:
         key, _, text = pair.partition("=")
@@ -263,6 +334,8 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--budget", type=float, help="wall-clock seconds; no job starts after them")
     run.add_argument("--device", default="auto",
                      help="auto, cpu, cuda, cuda:N, or a comma list (cuda:0,cuda:1): worker i trains on the i-th, cyclically")
+    run.add_argument("--lr-grid", default=",".join(f"{rate:g}" for rate in tuning.LR_GRID),
+                     help="comma-separated learning rates tried on seed 0 of every base backbone")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="change a training setting (for quick checks), e.g. --set epochs=1")
     imported = commands.add_parser("import", help="log run records into the MLflow store")
@@ -280,8 +353,16 @@ def main(argv: list[str] | None = None) -> None:
             unknown = [m for m in models if m not in registry.list_backbones()]
             if unknown:
                 raise ValueError(f"option --models: unknown backbone(s) {', '.join(unknown)}")
-            counts = run_headline(args.datasets.split(","), models, list(range(args.seeds)), args.out, args.workers,
-                                  args.budget, args.device, parse_overrides(args.set), invocation)
+            datasets = args.datasets.split(",")
+            unknown = [d for d in datasets if d not in registry.list_datasets()]
+            if unknown:
+                raise ValueError(f"option --datasets: unknown dataset(s) {', '.join(unknown)}; registered: "
+                                 f"{', '.join(registry.list_datasets())}")
+            if args.seeds < 1:
+                raise ValueError(f"option --seeds: must be >= 1, got {args.seeds}")
+            counts = run_headline(datasets, models, list(range(args.seeds)), args.out, args.workers,
+                                  args.budget, args.device, parse_overrides(args.set), invocation,
+                                  tuning.parse_grid(args.lr_grid))
             if counts[FAILED]:
                 sys.exit(1)
         elif args.command == "merge":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -26,12 +27,14 @@ def fake_dataset(name: str = "ml-100k") -> SimpleNamespace:
 def fake_result(auc: float) -> dict:
     metrics = {name: auc if name == "auc" else 0.1 for name in METRIC_NAMES}
     history = [{"train_loss": 3.0, **{f"valid_{k}": v for k, v in metrics.items()}}] * 2
+    cases = {"users": np.arange(3), "twice_rank": np.array([0, 3, 40]), "n_items": 21}
     return {"history": history, "test": metrics, "valid": metrics, "best_epoch": 1, "epochs_run": 2,
-            "train_tokens_per_s": 1000.0, "peak_memory_mb": 10.0, "wall_seconds": 1.5, "n_parameters": 1234}
+            "train_tokens_per_s": 1000.0, "peak_memory_mb": 10.0, "wall_seconds": 1.5, "n_parameters": 1234,
+            "test_case_ranks": cases}
 
 
 def fake_record(model: str, seed: int, auc: float) -> dict:
-    config = headline.training_config("ml-100k", model, seed, "cpu", {})
+    config = headline.training_config("ml-100k", model, seed, "cpu", {}, 1e-3)
     tags = {"git_commit": "abc", "device": "cuda", "machine": "NVIDIA H200", "torch_version": "2.11",
             "triton_version": "3.6", "command": "python -m prism_rec.headline run --out X"}
     return make_record(fake_dataset(), model, config, fake_result(auc), tags, time.time() - 5)
@@ -66,8 +69,9 @@ def fake_training(monkeypatch):
 
     def train(job):
         calls.append(job.label)
+        auc = VALID_AUC.get((job.model, job.config.lr), 0.5)
         return {"status": "finished", "record": make_record(fake_dataset(job.dataset), job.model, job.config,
-                                                            fake_result(0.5), {"git_commit": "abc", "device": "cpu",
+                                                            fake_result(auc), {"git_commit": "abc", "device": "cpu",
                                                                                "machine": "CPU", "command": job.command},
                                                             time.time())}
 
@@ -76,31 +80,52 @@ def fake_training(monkeypatch):
     return calls
 
 
-def test_manifest_resume_skips_finished_runs_and_orders_seed_first(tmp_path, fake_training):
-    counts = headline.run_headline(["ml-100k"], ["sasrec", "hstu"], [0, 1], tmp_path, 1, None)
-    assert counts["finished"] == 4
-    assert [label.split("/")[2] for label in fake_training] == ["s0", "s0", "s1", "s1"]
-    assert fake_training[0].endswith("sasrec/s0")  # more backbone parameters: longer, so first
+VALID_AUC = {("sasrec", 3e-3): 0.7, ("sasrec", 1e-3): 0.6, ("prism", 1e-3): 0.8, ("prism", 3e-3): 0.6}
+GRID = (1e-3, 3e-3)
+
+
+def test_rates_are_tuned_on_seed_0_then_the_seeds_and_presets_follow(tmp_path, fake_training):
+    models = ["pop", "sasrec", "prism", "prism-L1"]
+    counts = headline.run_headline(["ml-100k"], models, [0, 1], tmp_path, 1, None, grid=GRID)
+    assert counts["finished"] == 9
+    assert set(fake_training[:5]) == {"ml-100k/pop/lr0/s0", "ml-100k/sasrec/lr0.001/s0", "ml-100k/sasrec/lr0.003/s0",
+                                      "ml-100k/prism/lr0.001/s0", "ml-100k/prism/lr0.003/s0"}  # tuning first
+    assert sorted(fake_training[5:]) == ["ml-100k/prism-L1/lr0.001/s0", "ml-100k/prism-L1/lr0.001/s1",
+                                         "ml-100k/prism/lr0.001/s1", "ml-100k/sasrec/lr0.003/s1"]
     manifest = read_jsonl(tmp_path / headline.MANIFEST_NAME)
-    assert len(manifest) == 4
-    assert {(entry["gpu_sharing"], entry["jobs_per_device"]) for entry in manifest} == {("none", 1.0)}
+    assert len(manifest) == 9 and {e["protocol"] for e in manifest} == {"headline-v2"}
+    assert {(e["gpu_sharing"], e["jobs_per_device"], e["epochs"], e["patience"]) for e in manifest} == {("none", 1.0, 200, 10)}
+    assert {e["record_id"] for e in read_jsonl(tmp_path / headline.CASE_RANKS_NAME)} == {e["record_id"] for e in manifest}
     fake_training.clear()
-    counts = headline.run_headline(["ml-100k"], ["sasrec", "hstu"], [0, 1, 2], tmp_path, 1, None)
-    assert counts["already in manifest"] == 4 and counts["finished"] == 2
-    assert sorted(fake_training) == ["ml-100k/hstu/s2", "ml-100k/sasrec/s2"]
+    counts = headline.run_headline(["ml-100k"], models, [0, 1, 2], tmp_path, 1, None, grid=GRID)
+    assert counts["already in manifest"] == 9 and counts["finished"] == 3
+    assert sorted(fake_training) == ["ml-100k/prism-L1/lr0.001/s2", "ml-100k/prism/lr0.001/s2",
+                                     "ml-100k/sasrec/lr0.003/s2"]
+
+
+def test_a_preset_needs_its_base_and_the_grid_is_checked(tmp_path, fake_training):
+    with pytest.raises(ValueError, match="option --models: prism-L1 take the learning rate chosen for prism"):
+        headline.run_headline(["ml-100k"], ["prism-L1"], [0], tmp_path, 1, None)
+    with pytest.raises(ValueError, match="option --lr-grid: the learning-rate grid is empty"):
+        headline.run_headline(["ml-100k"], ["sasrec"], [0], tmp_path, 1, None, grid=())
+    with pytest.raises(ValueError, match="option --lr-grid: 'x' is not a number"):
+        headline.tuning.parse_grid("1e-3,x")
+    with pytest.raises(ValueError, match="option --lr-grid: -0.001 is not a positive"):
+        headline.tuning.parse_grid("-1e-3")
+    assert not fake_training
 
 
 def test_finished_runs_feed_the_time_estimates(tmp_path, fake_training, monkeypatch):
     fed = []
     monkeypatch.setattr(headline.CorrectedEstimates, "finished", lambda self, job, seconds: fed.append(job.label))
-    headline.run_headline(["ml-100k"], ["sasrec"], [0, 1], tmp_path, 1, None)
-    assert fed == ["ml-100k/sasrec/s0", "ml-100k/sasrec/s1"]
+    headline.run_headline(["ml-100k"], ["sasrec"], [0, 1], tmp_path, 1, None, grid=(1e-3,))
+    assert fed == ["ml-100k/sasrec/lr0.001/s0", "ml-100k/sasrec/lr0.001/s1"]
 
 
 def test_budget_stops_starting_jobs(tmp_path, fake_training, monkeypatch):
     clock = iter(range(1000))
     monkeypatch.setattr(headline.time, "time", lambda: 1000.0 + next(clock))
-    counts = headline.run_headline(["ml-100k"], ["sasrec", "hstu"], [0, 1], tmp_path, 1, budget=2.5)
+    counts = headline.run_headline(["ml-100k"], ["sasrec", "hstu"], [0], tmp_path, 1, budget=2.5, grid=GRID)
     assert counts["finished"] >= 1 and counts["not started"] == 4 - counts["finished"]
     with pytest.raises(ValueError, match="--budget"):
         headline.run_headline(["ml-100k"], ["sasrec"], [0], tmp_path, 1, budget=0)
@@ -153,7 +178,7 @@ def test_jobs_in_flight_at_the_deadline_are_abandoned():
 
 
 def test_time_estimates_follow_the_planned_concurrency():
-    config = headline.training_config("ml-100k", "sasrec", 2, "cpu", {})
+    config = headline.training_config("ml-100k", "sasrec", 2, "cpu", {}, 1e-3)
     job = headline.HeadlineJob("ml-100k", "sasrec", config, "hash-s2", "")
     seen = [{"dataset": "ml-100k", "model": "sasrec", "config_hash": f"hash-s{seed}", "wall_seconds": 140.0,
              "jobs_per_device": 14.0} for seed in (0, 1)]
@@ -164,16 +189,16 @@ def test_time_estimates_follow_the_planned_concurrency():
 
 
 def _job(model: str, seed: int) -> "headline.HeadlineJob":
-    return headline.HeadlineJob("ml-100k", model, headline.training_config("ml-100k", model, seed, "cpu", {}),
+    return headline.HeadlineJob("ml-100k", model, headline.training_config("ml-100k", model, seed, "cpu", {}, 1e-3),
                                 f"hash-{model}-s{seed}", "")
 
 
-def test_jobs_go_seed_first_then_longest_first():
-    jobs = [_job(model, seed) for seed in (1, 0) for model in ("sasrec", "prism", "hstu")]
-    expected = {job.label: {"sasrec": 10.0, "prism": 30.0, "hstu": 20.0}[job.model] for job in jobs}
-    order = [job.label for job in headline.order_jobs(jobs, expected)]
-    assert order == ["ml-100k/prism/s0", "ml-100k/hstu/s0", "ml-100k/sasrec/s0",
-                     "ml-100k/prism/s1", "ml-100k/hstu/s1", "ml-100k/sasrec/s1"]
+def test_jobs_go_tuning_runs_first_then_longest_first():
+    jobs = [_job(model, seed) for seed in (1, 0) for model in ("sasrec", "prism", "hstu", "prism-L1")]
+    expected = {job.label: {"sasrec": 10.0, "prism": 30.0, "hstu": 20.0, "prism-L1": 40.0}[job.model] for job in jobs}
+    order = [job.label.replace("/lr0.001", "") for job in headline.order_jobs(jobs, expected)]
+    assert order == ["ml-100k/prism/s0", "ml-100k/hstu/s0", "ml-100k/sasrec/s0", "ml-100k/prism-L1/s1",
+                     "ml-100k/prism-L1/s0", "ml-100k/prism/s1", "ml-100k/hstu/s1", "ml-100k/sasrec/s1"]
 
 
 def test_estimates_correct_themselves_by_the_runs_finished_in_this_call():
