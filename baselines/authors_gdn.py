@@ -50,10 +50,9 @@ Where this preset departs from the authors' code:
 Initialisation: the authors apply none of their own to this model (no fla ``_init_weights``: the layer is
 used bare): PyTorch defaults for Linear and Conv1d, RMSNorm weight 1.
 
-``init_policy = "titans"`` is a stand-in: of ``prism_rec.init``'s policies it is the one whose backbone rule
-keeps PyTorch's defaults (it only sets norms to 1/0, their default); its item table U(+-1/sqrt(d)) is the
-default of an untied Linear head (the authors score pairs with an MLP and have no item table; their ID
-embedding is nn.Embedding's N(0, 1)). A policy named for "PyTorch defaults" should replace it.
+``init_policy = "torch"`` (prism_rec/init.py): PyTorch's defaults, norms 1/0; the item table, which the
+authors' link-prediction model does not have (it scores pairs with an MLP; its ID embedding is
+nn.Embedding's N(0, 1)), U(+-1/sqrt(d)), the default of an untied Linear head.
 """
 
 from __future__ import annotations
@@ -103,7 +102,7 @@ class AuthorsGDNLayer(GatedDeltaNetLayer):
 class AuthorsGDN(nn.Module):
     """The authors' stack: block i > 1 gets twice block i-1's output; no skip, norm or MLP (module docstring)."""
 
-    init_policy = "titans"  # keeps PyTorch defaults, as the authors do; stand-in for a "torch" policy
+    init_policy = "torch"  # PyTorch defaults, as the authors' code
 
     def __init__(self, d_model: int = 64, n_layers: int = 2, n_heads: int = 2, dropout: float = 0.1,
                  head_dim: int | None = None, conv_kernel: int = 4, rope_base: float = 10000.0):

@@ -79,10 +79,9 @@ Where this preset departs from the authors' code:
 Initialisation: the authors apply no initialisation of their own to this model (PyTorch defaults for
 Linear, Conv1d, LayerNorm; the two logits start at -2).
 
-``init_policy = "titans"`` is a stand-in: of ``prism_rec.init``'s policies it is the one whose backbone rule
-keeps PyTorch's defaults (it only sets norms to 1/0, their default); its item table U(+-1/sqrt(d)) is the
-default of an untied Linear head (the authors score pairs with an MLP and have no item table; their ID
-embedding is nn.Embedding's N(0, 1)). A policy named for "PyTorch defaults" should replace it.
+``init_policy = "torch"`` (prism_rec/init.py): PyTorch's defaults, norms 1/0; the item table, which the
+authors' link-prediction model does not have (it scores pairs with an MLP; its ID embedding is
+nn.Embedding's N(0, 1)), U(+-1/sqrt(d)), the default of an untied Linear head.
 """
 
 from __future__ import annotations
@@ -255,7 +254,7 @@ class BlockStack(nn.Module):
 class AuthorsPrism(BlockStack):
     """Plain stack of the authors' PRISM blocks (see the module docstring); padded positions stay zero."""
 
-    init_policy = "titans"  # keeps PyTorch defaults, as the authors do; stand-in for a "torch" policy
+    init_policy = "torch"  # PyTorch defaults, as the authors' code
 
     def __init__(self, d_model: int = 64, n_layers: int = 2, n_heads: int = 2, dropout: float = 0.1, L: int = 3,
                  injection: str = "dropped", **block_options):

@@ -61,6 +61,9 @@ how. Norm weights (any module whose class name ends in "Norm") start at 1 and no
   Its token embedding is nn.Embedding's default N(0, 1) and its untied output head a bias-free Linear;
   our item table is tied and also scores, so it takes the head's init, U(+-1/sqrt(d)) (N(0, 1) would start
   every logit with std sqrt(d)); positions, unused by Titans, N(0, 1) as nn.Embedding.
+- ``torch``: the layers' PyTorch defaults and nothing else (norms 1/0), for code that applies no
+  initialisation of its own (the authors' presets ``*-authors``: gpr-prism/prism's rec/ models are used
+  bare); the item table, which their link-prediction models do not have, U(+-1/sqrt(d)) as ``titans``.
 - ``none``: a backbone without parameters (``pop``); nothing is drawn, the item table and positions
   take nn.Embedding's default N(0, 1).
 """
@@ -191,6 +194,9 @@ POLICIES: dict[str, InitPolicy] = {
         lambda d: INITIALIZER_RANGE),
     "titans": InitPolicy(
         "titans", "lucidrains/titans-pytorch titans_pytorch/{neural_memory,memory_models,mac_transformer}.py",
+        own_layers_backbone, linear_head_embedding, default_embedding, lambda d: (3 * d) ** -0.5),
+    "torch": InitPolicy(
+        "torch", "PyTorch's defaults (the authors' code of gpr-prism/prism applies no initialisation of its own)",
         own_layers_backbone, linear_head_embedding, default_embedding, lambda d: (3 * d) ** -0.5),
     "none": InitPolicy(
         "none", "no parameters", own_layers_backbone, default_embedding, default_embedding, lambda d: 1.0),

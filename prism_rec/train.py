@@ -32,6 +32,7 @@ from .losses import full_softmax_loss_sum
 from .case_ranks import twice_ranks
 from .metrics import METRIC_NAMES, MetricMeans, rank_metrics
 from .model import SequentialRecommender
+from .optim import parameter_groups
 from .popularity import PopularityRecommender, training_counts
 from .registry import backbone_entry
 
@@ -253,7 +254,7 @@ def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch
     model = build_model(dataset, backbone, config).to(device)
     if not any(True for _ in model.parameters()):
         return _evaluate_untrained(model, dataset, backbone, config, device, world)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.lr)
     windows = torch.from_numpy(training_windows(dataset, config.max_len))  # [U', T + 1]
     if not len(windows):
         raise ValueError(f"{dataset.name}: no user has two training interactions")

@@ -85,13 +85,13 @@ def check_layers(name: str, backbone: nn.Module, policy: str) -> set[int]:
                 assert_std(module.weight, bound / math.sqrt(3), what + " (rescaled)", uniform=True)
             elif policy == "fla" or (policy in ("recbole", "ttt") and not isinstance(module, nn.Conv1d)):
                 assert_std(module.weight, 0.02, what)
-            elif policy == "titans" or isinstance(module, nn.Conv1d):
+            elif policy in ("titans", "torch") or isinstance(module, nn.Conv1d):
                 assert_default_uniform(module.weight, fan_in(module), what)
             bias = getattr(module, "bias", None)
             if bias is not None:
                 if policy in ("fla", "recbole", "ttt"):
                     assert not bias.any(), f"{what}: bias not 0"
-                elif policy == "titans":
+                elif policy in ("titans", "torch"):
                     assert bias.abs().max() <= fan_in(module) ** -0.5 and bias.abs().min() > 0, f"{what}: bias"
     return checked
 
