@@ -321,6 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     if device.type == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
         torch.cuda.set_device(device)
     command = "python benchmarks/step_bench.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     machine = machine_description(device)
