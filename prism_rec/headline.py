@@ -33,6 +33,7 @@ import shlex
 import statistics
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,7 @@ SETTINGS = {"d_model": 64, "n_layers": 2, "n_heads": 2, "dropout": 0.1, "batch_s
             "patience": 10}
 LAYERS = {"titans": 1}  # one Titans layer is a memory block plus an attention block
 UNTRAINED_RATE = 0.0  # the rate recorded for pop, which trains nothing
+DIVERGED = "diverged"
 MANIFEST_NAME = "headline_v2_manifest.jsonl"
 CASE_RANKS_NAME = "headline_v2_case_ranks.jsonl"
 RECORDS_NAME = f"headline{RECORDS_SUFFIX}"
@@ -91,10 +93,14 @@ def _dataset(name: str):
 
 
 def train_cell(job: HeadlineJob) -> dict:
-    """Worker entry: train one cell; returns {"status": "finished", "record": ...}."""
+    """Worker entry: train one cell; returns {"status": "finished", "record": ...}, or status "diverged"
+    when the scores were not finite before any epoch validated (a rate too high for the backbone)."""
     dataset = _dataset(job.dataset)
     started = time.time()
-    result = fit(dataset, job.model, job.config)
+    try:
+        result = fit(dataset, job.model, job.config)
+    except FloatingPointError as error:
+        return {"status": DIVERGED, "error": str(error)}
     tags = {**provenance_tags(resolve_device(job.config.device)), "command": job.command}
     return {"status": "finished", "record": make_record(dataset, job.model, job.config, result, tags, started)}
 
@@ -109,6 +115,16 @@ def manifest_entry(record: dict) -> dict:
             "config_hash": tags["config_hash"], "record_id": record["record_id"], **record["metrics"],
             "machine": tags["machine"], "git_commit": tags["git_commit"], "command": tags["command"],
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record["end_time_ms"] / 1000))}
+
+
+def diverged_entry(job: HeadlineJob) -> dict:
+    """The manifest line of a run whose scores were not finite before any validation: it counts as tried
+    (its rate loses the tuning, tuning.py) and is never rerun; it has no metrics."""
+    return {"dataset": job.dataset, "model": job.model, "seed": job.config.seed, "protocol": PROTOCOL,
+            "lr": job.config.lr, "epochs": job.config.epochs, "patience": job.config.patience,
+            "config_hash": job.run_hash, "record_id": uuid.uuid4().hex, "diverged": True,
+            "best_valid_auc": float("-inf"), "command": job.command,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def backbone_parameters(model: str, config: TrainConfig) -> int:
@@ -126,7 +142,7 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
     ran at once on its GPU counts in proportion to the concurrency planned now (runs share the GPU's time)."""
     seen: dict[tuple[str, str], list[float]] = {}
     for entry in manifest:
-        if entry["config_hash"] in grid_hashes:
+        if entry["config_hash"] in grid_hashes and "wall_seconds" in entry:  # diverged runs have no time
             sharing = jobs_per_device / entry.get("jobs_per_device", jobs_per_device)
             seen.setdefault((entry["dataset"], entry["model"]), []).append(entry["wall_seconds"] * sharing)
     parameters: dict[str, int] = {}
@@ -243,7 +259,7 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
     jobs = plan.runnable(manifest)
     queued = {job.label for job in jobs}
     counts = {"already in manifest": sum(e["config_hash"] in plan.hashes for e in manifest), "finished": 0,
-              FAILED: 0, ABANDONED: 0, "not started": 0}
+              DIVERGED: 0, FAILED: 0, ABANDONED: 0, "not started": 0}
     jobs_per_device = max(1, min(workers, len(jobs))) / len(devices.names)
     prior, timed = estimate_seconds(list(plan.jobs.values()), manifest, interactions, plan.hashes, jobs_per_device)
     jobs, expected = order_jobs(jobs, prior), CorrectedEstimates(prior)
@@ -258,21 +274,25 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
         if result["status"] == ABANDONED:
             print(f"{job.label}: abandoned at the deadline", flush=True)
             return []
-        if result["status"] != "finished":
+        if result["status"] == FAILED:
             print(f"{job.label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
             return []
-        record = result["record"]
-        entry = {**manifest_entry(record), "jobs_per_device": jobs_per_device, "gpu_sharing": sharing_mode}
-        append_jsonl(records_path, record)
-        append_jsonl(case_ranks_path, {key: entry[key] for key in ("record_id", "dataset", "model", "seed", "lr")}
-                     | {"case_ranks": record["case_ranks"]})
+        if result["status"] == DIVERGED:
+            entry = diverged_entry(job)
+            print(f"{job.label}: diverged before its first validation ({result['error']})", flush=True)
+        else:
+            record = result["record"]
+            entry = {**manifest_entry(record), "jobs_per_device": jobs_per_device, "gpu_sharing": sharing_mode}
+            append_jsonl(records_path, record)
+            append_jsonl(case_ranks_path, {key: entry[key] for key in ("record_id", "dataset", "model", "seed", "lr")}
+                         | {"case_ranks": record["case_ranks"]})
+            metrics = record["metrics"]
+            expected.finished(job, metrics["wall_seconds"])
+            print(f"[{counts['finished']}] {job.label}: test AUC {metrics['test_auc']:.4f}, epochs "
+                  f"{metrics['epochs_run']} (best {metrics['best_epoch']}), {metrics['wall_seconds']:.0f} s, "
+                  f"{metrics['train_tokens_per_s']:,.0f} tokens/s", flush=True)
         append_jsonl(manifest_path, entry)
         manifest.append(entry)
-        metrics = record["metrics"]
-        expected.finished(job, metrics["wall_seconds"])
-        print(f"[{counts['finished']}] {job.label}: test AUC {metrics['test_auc']:.4f}, epochs "
-              f"{metrics['epochs_run']} (best {metrics['best_epoch']}), {metrics['wall_seconds']:.0f} s, "
-              f"{metrics['train_tokens_per_s']:,.0f} tokens/s", flush=True)
         follow_ups = order_jobs([j for j in plan.runnable(manifest) if j.label not in queued], prior)
         queued.update(j.label for j in follow_ups)
         if follow_ups:

@@ -344,8 +344,9 @@ def run_name(entry: dict, grid: Grid) -> str:
 
 
 def trained_runs(grid: Grid) -> list[dict]:
-    """The newest line of every trained (dataset, model, seed, rate) run, in report order."""
-    newest = {(e["dataset"], e["model"], e["seed"], float(e["lr"])): e for e in grid.entries if e["model"] != FLOOR}
+    """The newest line of every trained (dataset, model, seed, rate) run that did not diverge, in report order."""
+    newest = {(e["dataset"], e["model"], e["seed"], float(e["lr"])): e for e in grid.entries
+              if e["model"] != FLOOR and not e.get("diverged")}
     order = {m: i for i, m in enumerate(grid.models)}
     return sorted(newest.values(), key=lambda e: (grid.datasets.index(e["dataset"]), order[e["model"]], e["seed"], e["lr"]))
 
@@ -523,7 +524,8 @@ def tuning_table(grid: Grid) -> list[str]:
         for base in bases:
             values = [seen.get((dataset, base, rate)) for rate in tuning.LR_GRID]
             chosen = grid.choices.get((dataset, base))
-            cells = [("missing" if v is None else f"**{v:.4f}**" if rate == chosen else f"{v:.4f}")
+            cells = [("missing" if v is None else "diverged" if v == float("-inf") else f"**{v:.4f}**"
+                      if rate == chosen else f"{v:.4f}")
                      for rate, v in zip(tuning.LR_GRID, values)]
             done = sum(v is not None for v in values)
             lines.append(f"| {dataset} | {base} | " + " | ".join(cells) + " | "

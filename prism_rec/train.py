@@ -211,7 +211,7 @@ def _fresh_progress() -> dict:
     """Loop state of a run that has not trained yet (also the layout of a checkpoint's "progress")."""
     return {"epoch": 0, "next_batch": 0, "order": None, "best_valid_auc": -math.inf, "best_epoch": -1,
             "best_state": None, "history": [], "train_seconds": 0.0, "trained_tokens": 0, "wall_seconds": 0.0,
-            "epoch_loss_count": 0}
+            "epoch_loss_count": 0, "diverged_epoch": 0}
 
 
 def fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig,
@@ -324,8 +324,14 @@ def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch
             progress["train_seconds"] += time.perf_counter() - epoch_start
             progress["trained_tokens"] += progress["epoch_loss_count"]
             loss_total = world.sum([epoch_loss_sum], device)[0]
-            with autocast:
-                valid = evaluate(model, dataset, dataset.valid_cases, config, device, f"{backbone} valid", world)
+            try:
+                with autocast:
+                    valid = evaluate(model, dataset, dataset.valid_cases, config, device, f"{backbone} valid", world)
+            except FloatingPointError:  # diverged: like early stopping, keep the best epoch (if there is one)
+                if progress["best_state"] is None:
+                    raise
+                progress["diverged_epoch"] = epoch + 1
+                break
             metrics = {"train_loss": loss_total / max(progress["epoch_loss_count"], 1),
                        **{f"valid_{k}": v for k, v in valid.items()}}
             progress["history"].append(metrics)
@@ -347,12 +353,13 @@ def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch
         test = evaluate(model, dataset, dataset.test_cases, config, device, f"{backbone} test", world, case_ranks)
     history, best_epoch = progress["history"], progress["best_epoch"]
     return _result(model, device, history, best_epoch, test, case_ranks, wall_start,
-                   progress["trained_tokens"] / max(progress["train_seconds"], 1e-9))
+                   progress["trained_tokens"] / max(progress["train_seconds"], 1e-9), progress["diverged_epoch"])
 
 
 def _result(model: nn.Module, device: torch.device, history: list[dict], best_epoch: int, test: dict,
-            case_ranks: dict, wall_start: float, tokens_per_s: float) -> dict:
-    """What ``fit`` returns (``best_epoch`` 0-based into ``history``)."""
+            case_ranks: dict, wall_start: float, tokens_per_s: float, diverged_epoch: int = 0) -> dict:
+    """What ``fit`` returns (``best_epoch`` 0-based into ``history``; ``diverged_epoch`` the epoch whose
+    validation scores were not finite, which ended training, or 0)."""
     return {
         "model": model,
         "best_epoch": best_epoch + 1,
@@ -361,6 +368,7 @@ def _result(model: nn.Module, device: torch.device, history: list[dict], best_ep
         "valid": {k.removeprefix("valid_"): v for k, v in history[best_epoch].items() if k.startswith("valid_")},
         "test": test,
         "test_case_ranks": case_ranks,
+        "diverged_epoch": diverged_epoch,
         "train_tokens_per_s": tokens_per_s,
         "peak_memory_mb": peak_memory_mb(device),
         "wall_seconds": time.perf_counter() - wall_start,

@@ -59,8 +59,8 @@ def choose_rate(valid_auc_by_rate: dict[float, float], grid: tuple[float, ...]) 
 
 def chosen_rates(entries: list[dict], grid: tuple[float, ...] = LR_GRID) -> dict[tuple[str, str], float]:
     """{(dataset, base backbone): chosen rate} for every base whose seed-0 grid is complete in ``entries``
-    (manifest lines with ``dataset``, ``model``, ``seed``, ``lr`` and ``best_valid_auc``; the newest line
-    per (dataset, model, rate) counts)."""
+    (manifest lines with ``dataset``, ``model``, ``seed``, ``lr`` and ``best_valid_auc``, -inf for a run
+    that diverged before its first validation; the newest line per (dataset, model, rate) counts)."""
     seen: dict[tuple[str, str], dict[float, float]] = {}
     for entry in entries:
         if entry["seed"] == TUNING_SEED and entry["model"] not in UNTRAINED and entry["model"] == tuning_base(entry["model"]):
@@ -80,6 +80,8 @@ def selected_entries(entries: list[dict], grid: tuple[float, ...] = LR_GRID) -> 
     choices = chosen_rates(entries, grid)
     newest: dict[tuple[str, str, int], dict] = {}
     for entry in entries:
+        if entry.get("diverged"):  # at a losing rate unless every rate diverged; never a table row
+            continue
         if entry["model"] in UNTRAINED or float(entry["lr"]) == rate_for(entry["dataset"], entry["model"], choices):
             newest[(entry["dataset"], entry["model"], entry["seed"])] = entry
     return list(newest.values())

@@ -244,3 +244,23 @@ def test_worker_devices_one_or_several():
     from prism_rec.tracking import machine_description
 
     assert one.describe() == f"{machine_description(torch.device('cpu'))} (cpu)"
+
+
+def test_a_run_that_diverges_loses_its_rate_and_is_not_rerun(tmp_path, fake_training, monkeypatch):
+    trained = headline.train_cell
+
+    def diverging(job):
+        if job.config.lr == 3e-3:
+            fake_training.append(job.label)
+            return {"status": headline.DIVERGED, "error": "non-finite item scores"}
+        return trained(job)
+
+    monkeypatch.setattr(headline, "train_cell", diverging)
+    counts = headline.run_headline(["ml-100k"], ["sasrec"], [0, 1], tmp_path, 1, None, grid=GRID)
+    assert counts["diverged"] == 1 and counts["finished"] == 2
+    manifest = read_jsonl(tmp_path / headline.MANIFEST_NAME)
+    assert headline.tuning.chosen_rates(manifest, GRID) == {("ml-100k", "sasrec"): 1e-3}
+    assert {(e["seed"], e["lr"]) for e in headline.tuning.selected_entries(manifest, GRID)} == {(0, 1e-3), (1, 1e-3)}
+    fake_training.clear()
+    assert headline.run_headline(["ml-100k"], ["sasrec"], [0, 1], tmp_path, 1, None, grid=GRID)["finished"] == 0
+    assert not fake_training
