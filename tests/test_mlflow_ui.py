@@ -24,4 +24,4 @@ def test_rest_api_lists_every_child_run_with_test_auc(mlflow_server):
         metrics = {m["key"]: m["value"] for m in run["data"]["metrics"]}
         assert 0 < metrics["test_auc"] < 1 and run["info"]["status"] == "FINISHED"
         artifacts = request(f"{mlflow_server}/api/2.0/mlflow/artifacts/list?run_id={run['info']['run_id']}")
-        assert {f["path"] for f in artifacts["files"]} == {"config.json", "learning_curve.png"}
+        assert {f["path"] for f in artifacts["files"]} == {"config.json", "learning_curve.png", "case_ranks.json"}
