@@ -4,7 +4,7 @@ computed later without retraining.
 For each test case (one per test user) a run keeps the user's id and ``twice_rank``: twice the target's
 mid-rank among all items, ``2 * #items scored above + #other items tied with it`` (an integer, exact).
 The case's AUC is then ``1 - twice_rank / (2 * (n_items - 1))``, the same value metrics.rank_metrics
-averages. An entry holds both arrays, zlib-compressed little-endian int32 in base64, so one JSON line
+averages (train.evaluate derives both from metrics.target_counts). An entry holds both arrays, zlib-compressed little-endian int32 in base64, so one JSON line
 per run stays small (about 2 bytes per test user); :func:`decode` checks what it reads.
 """
 
@@ -15,17 +15,8 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 CASE_RANKS_FORMAT = "prism-rec-case-ranks-1"
-
-
-def twice_ranks(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """``2 * above + tied others`` of each target [N] for scores [N, n_items] and target columns [N]."""
-    target_scores = scores.gather(1, targets.long().unsqueeze(1))  # [N, 1]
-    above = (scores > target_scores).sum(1)
-    tied_others = (scores == target_scores).sum(1) - 1
-    return 2 * above + tied_others
 
 
 def _pack(values: np.ndarray) -> str:
@@ -47,9 +38,6 @@ class CaseRanks:
     def auc(self) -> np.ndarray:
         """Per-case AUC [N] (float64)."""
         return 1.0 - self.twice_rank / (2.0 * (self.n_items - 1))
-
-    def by_user(self) -> dict[int, float]:
-        return dict(zip(self.users.tolist(), self.auc().tolist()))
 
 
 def encode(users: np.ndarray, twice_rank: np.ndarray, n_items: int) -> dict:

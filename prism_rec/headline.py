@@ -201,10 +201,10 @@ def gpu_sharing(device: str) -> str:
 class GridPlan:
     """The cells of the v2 grid and which of them can run now.
 
-    ``cells`` are the (dataset, model, seed, rate) runs the grid may need: pop once, every base backbone's
-    seed 0 at every rate, and every seed of every model at every rate (only those at the chosen rate are
-    ever queued; listing them all lets their time estimates be made up front). ``runnable(manifest)`` are
-    the jobs whose rate is known and which ``manifest`` lacks."""
+    ``jobs`` are the (dataset, model, seed, rate) runs the grid may need: pop once, and every seed of every
+    other model at every rate (only seed 0 of a base and the runs at the chosen rate are ever queued;
+    listing them all lets their time estimates be made up front), ``hashes`` their settings hashes.
+    ``runnable(manifest)`` are the jobs whose rate is known and which ``manifest`` lacks."""
 
     def __init__(self, datasets: dict, models: list[str], seeds: list[int], grid: tuple[float, ...], device: str,
                  overrides: dict, command: str):
@@ -212,7 +212,7 @@ class GridPlan:
         if missing_bases:
             raise ValueError(f"option --models: {', '.join(m for m in models if tuning.tuning_base(m) in missing_bases)} "
                              f"take the learning rate chosen for {', '.join(missing_bases)}; add it to the list")
-        self.grid, self.seeds = grid, seeds
+        self.grid = grid
         self.jobs: dict[tuple[str, str, int, float], HeadlineJob] = {}
         for name, dataset in datasets.items():
             for model in models:
@@ -222,10 +222,7 @@ class GridPlan:
                         config = training_config(name, model, seed, device, overrides, lr)
                         self.jobs[(name, model, seed, lr)] = HeadlineJob(
                             name, model, config, run_hash(name, dataset.options, model, config), command)
-
-    @property
-    def hashes(self) -> set[str]:
-        return {job.run_hash for job in self.jobs.values()}
+        self.hashes = {job.run_hash for job in self.jobs.values()}
 
     def runnable(self, manifest: list[dict]) -> list[HeadlineJob]:
         finished = {(e["dataset"], e["model"], e["seed"], e["config_hash"]) for e in manifest}

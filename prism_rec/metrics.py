@@ -15,16 +15,25 @@ CUTOFFS = (10, 200, 500)
 METRIC_NAMES = ("auc",) + tuple(f"{kind}_{k}" for k in CUTOFFS for kind in ("hit", "ndcg"))
 
 
-def rank_metrics(scores: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per-case metrics for scores [N, n_items] and target columns [N] (0-based item columns)."""
-    n_items = scores.shape[1]
-    if n_items < 2:
+def target_counts(scores: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(#items scored above the target, #other items tied with it) [N] each, for scores [N, n_items] and
+    target columns [N] (0-based item columns)."""
+    if scores.shape[1] < 2:
         raise ValueError("full-ranking metrics need at least 2 items")
     if not torch.isfinite(scores).all():
         raise FloatingPointError("non-finite item scores: the model diverged (NaN or inf)")
     target_scores = scores.gather(1, targets.long().unsqueeze(1))  # [N, 1]
-    above = (scores > target_scores).sum(1).double()
-    tied_others = (scores == target_scores).sum(1).double() - 1
+    return (scores > target_scores).sum(1), (scores == target_scores).sum(1) - 1
+
+
+def rank_metrics(scores: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-case metrics for scores [N, n_items] and target columns [N] (0-based item columns)."""
+    return metrics_from_counts(*target_counts(scores, targets), scores.shape[1])
+
+
+def metrics_from_counts(above: torch.Tensor, tied_others: torch.Tensor, n_items: int) -> dict[str, torch.Tensor]:
+    """Per-case metrics from :func:`target_counts` among ``n_items`` items."""
+    above, tied_others = above.double(), tied_others.double()
     below = n_items - 1 - above - tied_others
     metrics = {"auc": (below + 0.5 * tied_others) / (n_items - 1)}
     rank = above + tied_others

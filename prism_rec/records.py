@@ -80,7 +80,7 @@ def final_metrics(result: dict) -> dict[str, float]:
         **{f"test_{k}": v for k, v in result["test"].items()},
         **{f"best_valid_{k}": v for k, v in result["valid"].items()},
         "best_epoch": result["best_epoch"], "epochs_run": result["epochs_run"],
-        "diverged_epoch": result.get("diverged_epoch", 0),
+        "diverged_epoch": result["diverged_epoch"],
         "train_tokens_per_s": result["train_tokens_per_s"], "peak_memory_mb": result["peak_memory_mb"],
         "wall_seconds": result["wall_seconds"], "n_parameters": result["n_parameters"],
     }

@@ -29,8 +29,7 @@ from .data.batching import evaluation_batch, training_windows
 from .data.core import ProcessedDataset
 from .distributed import World
 from .losses import full_softmax_loss_sum
-from .case_ranks import twice_ranks
-from .metrics import METRIC_NAMES, MetricMeans, rank_metrics
+from .metrics import METRIC_NAMES, MetricMeans, metrics_from_counts, target_counts
 from .model import SequentialRecommender
 from .optim import parameter_groups
 from .popularity import PopularityRecommender, training_counts
@@ -169,8 +168,8 @@ def evaluate(model: SequentialRecommender, dataset: ProcessedDataset, cases: np.
              case_ranks: dict | None = None) -> dict[str, float]:
     """Full-ranking metrics of ``cases`` (user, position) rows, batched on ``device``; in a data-parallel
     world every rank ranks its share of the cases and the metric sums and counts are added up. A
-    ``case_ranks`` dict receives every case's user and twice-rank (case_ranks.py) as arrays "users" and
-    "twice_rank", in the order of ``cases``, and "n_items"."""
+    ``case_ranks`` dict receives every case's user and twice-rank (2 * above + tied others, case_ranks.py)
+    as arrays "users" and "twice_rank", in the order of ``cases``, and "n_items"."""
     model.eval()
     means = MetricMeans()
     own_cases = world.share(cases)
@@ -182,10 +181,10 @@ def evaluate(model: SequentialRecommender, dataset: ProcessedDataset, cases: np.
         hidden = model.encode(torch.from_numpy(histories).to(device))[:, -1]  # [C, d]
         with torch.autocast(device.type, enabled=False):  # bf16 scores would tie many items with the target
             scores = model.score_all(hidden.float())  # [C, I]
-        target_columns = torch.from_numpy(targets - 1).to(device)
-        means.add(rank_metrics(scores, target_columns))
+        above, tied_others = target_counts(scores, torch.from_numpy(targets - 1).to(device))  # [C] each
+        means.add(metrics_from_counts(above, tied_others, dataset.n_items))
         if case_ranks is not None:
-            own_ranks.append(twice_ranks(scores, target_columns).cpu().numpy())
+            own_ranks.append((2 * above + tied_others).cpu().numpy())
     if case_ranks is not None:
         ranks = np.concatenate(world.gather_objects(np.concatenate(own_ranks) if own_ranks else np.zeros(0, np.int64)))
         case_ranks.update(users=cases[:, 0].copy(), twice_rank=ranks, n_items=dataset.n_items)
@@ -407,4 +406,5 @@ def _restore(path: Path | None, config: TrainConfig, world: World, model: Sequen
     optimizer.load_state_dict(state["optimizer"])
     own = state["per_rank"][world.rank]
     restore_rng(own["rng"], generators)
-    return {**state["progress"], "epoch_loss_sum": own["epoch_loss_sum"]}
+    # keys added to the loop state since a checkpoint was written (diverged_epoch) start fresh
+    return {**_fresh_progress(), **state["progress"], "epoch_loss_sum": own["epoch_loss_sum"]}

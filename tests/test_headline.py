@@ -30,7 +30,7 @@ def fake_result(auc: float) -> dict:
     cases = {"users": np.arange(3), "twice_rank": np.array([0, 3, 40]), "n_items": 21}
     return {"history": history, "test": metrics, "valid": metrics, "best_epoch": 1, "epochs_run": 2,
             "train_tokens_per_s": 1000.0, "peak_memory_mb": 10.0, "wall_seconds": 1.5, "n_parameters": 1234,
-            "test_case_ranks": cases}
+            "test_case_ranks": cases, "diverged_epoch": 0}
 
 
 def fake_record(model: str, seed: int, auc: float) -> dict:
