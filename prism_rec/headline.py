@@ -18,10 +18,10 @@ finished runs took against theirs, ends before the deadline; jobs still running 
 unrecorded. Manifest lines say how the runs shared the GPU (``gpu_sharing``: "mps" when the driver ran
 as a client of an NVIDIA MPS server, which lets kernels of several processes run at once).
 
-``merge OUT A B`` joins the manifests of calls run side by side (say one per GPU with other workers).
+``merge OUT A B`` joins manifests (or case-ranks files) of several calls, each record once.
 ``import DIR`` logs the records under DIR (a folder or one records file) into the MLflow store;
-``tables`` writes results/<dataset>/auc.md and .csv from the store (tables.py) and results/README.md
-from the manifest (results/headline_manifest.jsonl).
+``tables`` writes results/README.md and results/<dataset>/auc.md, .csv, .png and pareto.png from the v2
+manifest and case-ranks files alone (headline_report.py), never from the store.
 """
 
 from __future__ import annotations
@@ -358,9 +358,9 @@ def main(argv: list[str] | None = None) -> None:
     imported = commands.add_parser("import", help="log run records into the MLflow store")
     imported.add_argument("source", type=Path, help="a folder holding *.records.jsonl files, or one such file")
     merged = commands.add_parser("merge", help="join manifests of calls run side by side into one")
-    merged.add_argument("out", type=Path, help="the manifest to write (e.g. results/headline_manifest.jsonl)")
+    merged.add_argument("out", type=Path, help="the file to write (e.g. results/headline_v2_manifest.jsonl)")
     merged.add_argument("sources", type=Path, nargs="+", help="manifests to join (the base first)")
-    tables = commands.add_parser("tables", help="results/<dataset>/auc.md from the store, results/README.md")
+    tables = commands.add_parser("tables", help="results/README.md and results/<dataset>/ tables from the v2 manifest")
     tables.add_argument("--manifest", type=Path, default=RESULTS_MANIFEST)
     args = parser.parse_args(argv)
     invocation = "python -m prism_rec.headline " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
