@@ -208,10 +208,6 @@ class GridPlan:
 
     def __init__(self, datasets: dict, models: list[str], seeds: list[int], grid: tuple[float, ...], device: str,
                  overrides: dict, command: str):
-        missing_bases = sorted({tuning.tuning_base(m) for m in models} - set(models))
-        if missing_bases:
-            raise ValueError(f"option --models: {', '.join(m for m in models if tuning.tuning_base(m) in missing_bases)} "
-                             f"take the learning rate chosen for {', '.join(missing_bases)}; add it to the list")
         self.grid = grid
         self.jobs: dict[tuple[str, str, int, float], HeadlineJob] = {}
         for name, dataset in datasets.items():
@@ -244,6 +240,7 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
     if budget is not None and budget <= 0:
         raise ValueError(f"option --budget: must be > 0 seconds, got {budget}")
     grid = tuning.check_grid(list(grid))
+    tuning.check_bases(models)
     devices = WorkerDevices(check_devices(device))
     deadline = time.time() + budget if budget is not None else float("inf")
     out_dir = Path(out_dir)

@@ -49,6 +49,14 @@ def tuning_base(model: str) -> str:
     return model
 
 
+def check_bases(models: list[str]) -> None:
+    """Refuses a model list with a preset but not the base whose rate it takes."""
+    missing = sorted({tuning_base(m) for m in models} - set(models))
+    if missing:
+        raise ValueError(f"option --models: {', '.join(m for m in models if tuning_base(m) in missing)} "
+                         f"take the learning rate chosen for {', '.join(missing)}; add it to the list")
+
+
 def choose_rate(valid_auc_by_rate: dict[float, float], grid: tuple[float, ...]) -> float | None:
     """The rate of ``grid`` with the highest validation AUC (ties: the smaller); None until every rate
     of the grid has a result."""
