@@ -1,31 +1,48 @@
 #!/usr/bin/env bash
-# Mechanistic probes at the paper's settings on one GPU box (16 cores): many (task, model, seed) trainings
-# at once, within a wall-clock budget, resumable.
+# One device call of the probes v2 grid (issue 24; prism_rec/probes/grid.py): both profiles, 3 seeds, every
+# task, eight models and the local XOR length sweep, in the grid's priority order, continuing earlier calls.
+# Device tool, kind nvidia-h200 (or nvidia-h200-x2); carry .probes_runs (the state of the last call, if
+# any) and .triton_cache; nothing else is needed (no dataset, no wheel):
 #
-#   benchmarks/probes_gpu.sh OUT_DIR [PREVIOUS_DIR]
+#   PRISM_REC_GIT_COMMIT=<short hash> benchmarks/probes_gpu.sh OUT_DIR [PREVIOUS_DIR]
 #
-# OUT_DIR receives probes.md, probes_manifest.jsonl, probes_checkpoints.pt (paused runs) and probes_log.txt.
-# PREVIOUS_DIR (the OUT_DIR of an earlier call, copied into the working tree) is continued: its finished
-# runs are skipped and its paused ones resume from their checkpoints. Environment: DEVICE (default cuda;
-# cuda:0,cuda:1 spreads the workers over two GPUs), WORKERS (default 14),
-# BUDGET seconds (default 510, for a 10-minute device call), SEEDS (default 3), MODELS, TASKS, PYTHON.
-# The device image has no MLflow: runs go to the manifest only; log them here afterwards with
-#   python -m prism_rec.probes --out OUT_DIR --log-manifest [same --tasks/--models/--seeds]
-set -euo pipefail
+# PREVIOUS_DIR (default .probes_runs, git-ignored here through .git/info/exclude) holds the last call's
+# probes_manifest.jsonl and probes_checkpoints.pt: its finished runs are skipped and its paused ones resume
+# from their checkpoints. Without it the committed results/probes_manifest.jsonl is the base.
+# WORKERS (default 15 per GPU: 16 cores, the driver mostly waits) training processes share DEVICE
+# (default: every GPU, worker i on the i-th) through a CUDA MPS server (PRISM_REC_MPS, default 1;
+# gpu_setup.sh falls back to time slices) and start runs for BUDGET seconds (default 500); runs in flight
+# then pause at their next step and are checkpointed, up to CHECKPOINT_MIB (default 15) in all so that the
+# file comes back (a paused run that does not fit starts over next time). The whole call takes about
+# BUDGET + 40 s; a timeout guards it.
+# OUT_DIR receives four files: probes_manifest.jsonl (every line, old and new), probes_checkpoints.pt,
+# probes.md (the v2 report from the manifest) and probes_log.txt. Afterwards, here:
+#   mkdir -p .probes_runs && cp FILES_AT/probes_manifest.jsonl FILES_AT/probes_checkpoints.pt .probes_runs/
+#   cp FILES_AT/probes_manifest.jsonl FILES_AT/probes.md results/      # commit these two
+#   .venv/bin/python -m prism_rec.probes --grid --out results --log-manifest   # into MLflow
+set -uo pipefail
 out=${1:?usage: benchmarks/probes_gpu.sh OUT_DIR [PREVIOUS_DIR]}
-previous=${2:-}
-python=${PYTHON:-python3}
+previous=${2:-.probes_runs}
+: "${PRISM_REC_GIT_COMMIT:?set PRISM_REC_GIT_COMMIT to the commit this tree is (the copy has no .git)}"
+export PRISM_REC_GIT_COMMIT
+PRISM_REC_MPS=${PRISM_REC_MPS:-1}
+. benchmarks/gpu_setup.sh || exit 1
 mkdir -p "$out"
-if [ -n "$previous" ]; then
-    for name in probes_manifest.jsonl probes_checkpoints.pt; do
-        if [ -f "$previous/$name" ]; then cp "$previous/$name" "$out/"; fi
-    done
+if [ -f "$previous/probes_manifest.jsonl" ]; then
+    cp "$previous/probes_manifest.jsonl" "$out/"
+    if [ -f "$previous/probes_checkpoints.pt" ]; then cp "$previous/probes_checkpoints.pt" "$out/"; fi
+elif [ -f results/probes_manifest.jsonl ]; then
+    cp results/probes_manifest.jsonl "$out/"
 fi
-"$python" -c "import prism_rec.baselines" 2>/dev/null \
-    || "$python" -m pip install --quiet --no-deps --no-build-isolation -e .
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
-"$python" -m prism_rec.probes \
-    --tasks "${TASKS:-all}" \
-    --models "${MODELS:-sasrec,transformer++,gated_deltanet,mamba2,prism:L=2,prism-L0}" \
-    --seeds "${SEEDS:-3}" --profile paper --device "${DEVICE:-cuda}" \
-    --workers "${WORKERS:-14}" --time-budget "${BUDGET:-510}" --out "$out" --no-mlflow 2>&1 | tee "$out/probes_log.txt"
+gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | sed 's/^/cuda:/' | paste -sd, -)
+device=${DEVICE:-$gpus}
+workers=${WORKERS:-$((15 * $(echo "$device" | tr ',' '\n' | wc -l)))}
+budget=${BUDGET:-500}
+timeout $((budget + 40)) python3 -m prism_rec.probes --grid --device "$device" --workers "$workers" \
+    --time-budget "$budget" --checkpoint-limit "${CHECKPOINT_MIB:-15}" --out "$out" --no-mlflow \
+    > "$out/probes_log.txt" 2>&1
+status=$?
+if [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ]; then echo quit | nvidia-cuda-mps-control; fi
+grep -E "probe runs to do|^skipped \(already in manifest\)|FAILED" "$out/probes_log.txt" | head -n 20
+grep -E "planned runs have finished" "$out/probes.md" 2>/dev/null
+exit $status

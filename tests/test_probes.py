@@ -15,7 +15,7 @@ import pytest
 
 from prism_rec.probes import tasks
 from prism_rec.probes.__main__ import main as probe_main
-from prism_rec.probes.report import MANIFEST_NAME, load_manifest
+from prism_rec.probes.manifest import MANIFEST_NAME, load_manifest
 from prism_rec.probes.settings import settings_for
 from prism_rec.probes.train import ProbeJob, train_probe
 
@@ -192,7 +192,7 @@ def test_cli_smoke_writes_table_manifest_and_mlflow(tmp_path, monkeypatch, capsy
                 "--time-budget", "1e-9", "--no-mlflow"])  # resume: seed 0 skipped, seed 1 never started
     assert "skipped (already in manifest): 1" in capsys.readouterr().out
     table = (tmp_path / "probes.md").read_text()
-    assert "(1/2 seeds)" in table and "Not finished in this invocation (1): parity/sasrec/s1" in table
+    assert "1 missing)" in table and "Not finished in this invocation (1): paper/parity/sasrec/s1" in table
     assert len(load_manifest(tmp_path)) == 4
     assert all(json.loads(line) for line in (tmp_path / MANIFEST_NAME).read_text().splitlines())
 

@@ -1,4 +1,9 @@
-"""``prism-rec probe``: train the mechanistic probes and write results/probes.md (see ``add_parser``)."""
+"""``prism-rec probe``: train the mechanistic probes and write results/probes.md (see ``add_parser``).
+
+``--grid`` trains the v2 grid of ``grid.py`` (both profiles, 3 seeds, every task, eight models, the local
+XOR length sweep) in its priority order and writes the v2 report; otherwise the product of ``--tasks``,
+``--models`` and ``--seeds`` at one ``--profile`` is trained and tabled.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import shlex
 from pathlib import Path
 
 from ..tracking import PROJECT_ROOT
+from .grid import grid_runs, product_runs
 from .model import parse_model_spec
 from .settings import PROFILES, ProbeSettings
 from .tasks import resolve_tasks
@@ -30,14 +36,17 @@ def parse_seeds(text: str) -> list[int]:
 def command_line(args: argparse.Namespace) -> str:
     """The invocation as a ``prism-rec probe`` command, options in a fixed order, defaults left out."""
     words = ["prism-rec", "probe"]
-    for name in ("tasks", "models", "seeds", "profile", *SETTING_OPTIONS, "device", "workers", "time_budget", "out"):
+    chosen = () if args.grid else ("tasks", "models", "seeds", "profile")  # the grid fixes these
+    for name in (*chosen, *SETTING_OPTIONS, "device", "workers", "time_budget", "checkpoint_limit", "out"):
         value = getattr(args, name)
         if value is not None:
             words += [f"--{name.replace('_', '-')}", str(value)]
-    return " ".join(shlex.quote(word) for word in words + (["--no-mlflow"] if args.no_mlflow else []))
+    flags = [f"--{name.replace('_', '-')}" for name in ("grid", "no_mlflow") if getattr(args, name)]
+    return " ".join(shlex.quote(word) for word in words + flags)
 
 
 def command_probe(args: argparse.Namespace) -> None:
+    from .report import write_grid_report, write_results_table
     from .runner import log_manifest_to_mlflow, run_probes
 
     if args.log_manifest:
@@ -45,17 +54,30 @@ def command_probe(args: argparse.Namespace) -> None:
         print(f"{count} manifest runs of {args.out} are in MLflow experiment 'probes'")
         return
 
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    if not models:
-        raise ValueError(f"option --models: no model in {args.models!r}")
-    for model in models:
+    if args.checkpoint_limit is not None and args.checkpoint_limit <= 0:
+        raise ValueError(f"option --checkpoint-limit: must be > 0 MiB, got {args.checkpoint_limit}")
+    if args.grid:
+        overridden = [name for name in SETTING_OPTIONS if getattr(args, name) is not None]
+        if overridden:
+            raise ValueError(f"option --grid: the grid fixes its settings; drop --{overridden[0].replace('_', '-')}")
+        runs = grid_runs()
+    else:
+        models = [m.strip() for m in args.models.split(",") if m.strip()]
+        if not models:
+            raise ValueError(f"option --models: no model in {args.models!r}")
+        runs = product_runs(resolve_tasks(args.tasks), models, parse_seeds(args.seeds), args.profile,
+                            {name: getattr(args, name) for name in SETTING_OPTIONS})
+    for model in dict.fromkeys(run.model for run in runs):
         parse_model_spec(model)
-    result = run_probes(
-        tasks=resolve_tasks(args.tasks), models=models, seeds=parse_seeds(args.seeds), profile=args.profile,
-        overrides={name: getattr(args, name) for name in SETTING_OPTIONS}, out_dir=Path(args.out),
-        device=args.device, workers=args.workers, time_budget=args.time_budget,
-        command=command_line(args),
-        log_mlflow=not args.no_mlflow)
+    command = command_line(args)
+    result = run_probes(runs, Path(args.out), device=args.device, workers=args.workers,
+                        time_budget=args.time_budget, command=command, log_mlflow=not args.no_mlflow,
+                        checkpoint_limit=None if args.checkpoint_limit is None else int(args.checkpoint_limit * 2**20))
+    if args.grid:
+        table = write_grid_report(Path(args.out), command, result["unfinished"])
+    else:
+        table = write_results_table(Path(args.out), runs, command, result["unfinished"])
+    print(table.read_text(), flush=True)
     if result["counts"]["failed"]:
         raise SystemExit(f"prism-rec probe: {result['counts']['failed']} run(s) failed (see the log above)")
 
@@ -64,6 +86,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the ``probe`` subcommand to ``prism-rec``'s subparsers."""
     probe = subparsers.add_parser("probe", help="train mechanistic probes (paper Table 4), write results/probes.md",
                                   description=__doc__)
+    probe.add_argument("--grid", action="store_true",
+                       help="train the v2 grid (prism_rec/probes/grid.py) in its priority order and write its "
+                            "report; --tasks, --models, --seeds and --profile are not read, setting options refused")
     probe.add_argument("--tasks", default="all", help="comma list of probe tasks, or 'all'")
     probe.add_argument("--models", default=DEFAULT_MODELS,
                        help="comma list of backbones, options after colons (prism:L=2); default: %(default)s")
@@ -79,6 +104,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     probe.add_argument("--workers", type=int, default=1, help="training processes at once, sharing the device")
     probe.add_argument("--time-budget", type=float, default=None,
                        help="seconds; start no run after it, pause in-flight ones (checkpointed, resumable)")
+    probe.add_argument("--checkpoint-limit", type=float, default=None,
+                       help="MiB; paused runs whose checkpoints would make probes_checkpoints.pt larger are "
+                            "dropped and start over next time (what a device call can bring back)")
     probe.add_argument("--out", default=str(PROJECT_ROOT / "results"),
                        help="folder of probes.md, probes_manifest.jsonl, probes_checkpoints.pt")
     probe.add_argument("--no-mlflow", action="store_true", help="do not log runs to MLflow")

@@ -1,12 +1,13 @@
-"""Run many (task, model, seed) probes, in parallel worker processes sharing one device, within a budget.
+"""Run many planned probes (``grid.ProbeRun``), in parallel worker processes sharing one device, within a budget.
 
 Finished runs go to the manifest (``<out>/probes_manifest.jsonl``) and to MLflow (experiment "probes",
 one run per (task, model, seed); ``log_manifest_to_mlflow`` adds runs made where MLflow is absent) as
 they complete, so an interrupted invocation loses only its in-flight
 runs. Runs already in the manifest with identical settings are skipped. With ``time_budget`` seconds no
 run is started after the deadline and in-flight runs pause at it: their model, optimiser and data-stream
-state go to ``<out>/probes_checkpoints.pt`` and the next invocation over the same folder continues them.
-The results table is rebuilt from the manifest at the end.
+state go to ``<out>/probes_checkpoints.pt`` (loaded with ``weights_only=True``; with ``checkpoint_limit``
+bytes, a paused run whose checkpoint would not fit is dropped and starts over next time) and the next
+invocation over the same folder continues them. Runs start in the order given.
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ from ..checkpoint import save_atomically
 from ..jobs import WorkerDevices, run_jobs
 from ..tracking import experiment_id, git_commit, machine_description
 from ..train import check_devices
-from .report import (CHECKPOINTS_NAME, MANIFEST_NAME, entry_identity, load_manifest, run_identity, save_manifest,
-                     write_results_table)
-from .settings import ProbeSettings, settings_for
+from .grid import ProbeRun
+from .manifest import CHECKPOINTS_NAME, MANIFEST_NAME, PROTOCOL, entry_identity, load_manifest, save_manifest
 from .tasks import TASKS
 from .train import ProbeJob, train_probe
 
@@ -32,7 +32,7 @@ EXPERIMENT = "probes"
 
 def _load_checkpoints(out_dir: Path) -> dict[str, bytes]:
     path = out_dir / CHECKPOINTS_NAME
-    return torch.load(path, weights_only=False) if path.exists() else {}
+    return torch.load(path, weights_only=True) if path.exists() else {}
 
 
 def _save_checkpoints(out_dir: Path, checkpoints: dict[str, bytes]) -> None:
@@ -56,7 +56,8 @@ def _log_to_mlflow(entry: dict, command: str) -> None:
             "task": entry["task"], "model": entry["model"], "seed": str(entry["seed"])})
     with mlflow.start_run(experiment_id=experiment, run_name=f"{entry['task']}-{entry['model']}-s{entry['seed']}",
                           tags=tags):
-        mlflow.log_params({"task": entry["task"], "task_version": entry.get("task_version", 1), "model": entry["model"],
+        mlflow.log_params({"task": entry["task"], "task_version": entry.get("task_version", 1),
+                           "protocol": entry.get("protocol", 1), "model": entry["model"],
                            "seed": entry["seed"], "profile": entry["profile"], **entry["settings"]})
         for step, loss in entry["loss_curve"]:
             mlflow.log_metric("train_loss", loss, step=step)
@@ -75,26 +76,25 @@ def log_manifest_to_mlflow(out_dir: Path, command: str) -> int:
     return len(entries)
 
 
-def run_probes(tasks: list[str], models: list[str], seeds: list[int], profile: str, overrides: dict,
-               out_dir: Path, device: str = "auto", workers: int = 1, time_budget: float | None = None,
-               command: str = "", log_mlflow: bool = True) -> dict:
-    """Train every (task, model, seed) not yet in the manifest; returns counts per status and the table path."""
+def run_probes(runs: list[ProbeRun], out_dir: Path, device: str = "auto", workers: int = 1,
+               time_budget: float | None = None, command: str = "", log_mlflow: bool = True,
+               checkpoint_limit: int | None = None) -> dict:
+    """Train every run of ``runs`` not yet in the manifest, in order; returns counts per status and the
+    labels of the runs left unfinished."""
     if workers < 1:
         raise ValueError(f"option --workers: must be >= 1, got {workers}")
     if time_budget is not None and time_budget <= 0:
         raise ValueError(f"option --time-budget: must be > 0 seconds, got {time_budget}")
     out_dir = Path(out_dir)
     devices = WorkerDevices(check_devices(device))
-    settings_by_task: dict[str, ProbeSettings] = {task: settings_for(profile, task, overrides) for task in tasks}
     deadline = time.time() + time_budget if time_budget is not None else float("inf")
     manifest = load_manifest(out_dir)
     finished = {entry_identity(entry) for entry in manifest}
     checkpoints = _load_checkpoints(out_dir)
-    identities = {(task, model, seed): run_identity(task, model, seed, settings_by_task[task])
-                  for seed in seeds for task in tasks for model in models}  # seed outermost: whole seeds finish first
-    pending = [ProbeJob(task, model, seed, settings_by_task[task], devices.job_device, deadline, checkpoints.get(identity))
-               for (task, model, seed), identity in identities.items() if identity not in finished]
-    counts = {"skipped (already in manifest)": len(tasks) * len(models) * len(seeds) - len(pending),
+    pending = [ProbeJob(run.task, run.model, run.seed, run.settings, devices.job_device, deadline,
+                        checkpoints.get(run.identity), run.profile, run.label)
+               for run in runs if run.identity not in finished]
+    counts = {"skipped (already in manifest)": len(runs) - len(pending),
               "finished": 0, "paused": 0, "failed": 0, "not started": 0}
     unfinished: list[str] = []
     total = len(pending)
@@ -103,12 +103,11 @@ def run_probes(tasks: list[str], models: list[str], seeds: list[int], profile: s
           f"already in {out_dir}", flush=True)
 
     def record(job: ProbeJob, result: dict) -> None:
-        label = f"{job.task}/{job.model}/s{job.seed}"
-        identity = run_identity(job.task, job.model, job.seed, job.settings)
+        identity = job.identity
         counts[result["status"]] += 1
         if result["status"] == "finished":
-            entry = {"task": job.task, "task_version": TASKS[job.task].version, "model": job.model, "seed": job.seed,
-                     "profile": profile,
+            entry = {"task": job.task, "task_version": TASKS[job.task].version, "protocol": PROTOCOL,
+                     "model": job.model, "seed": job.seed, "profile": job.profile,
                      "settings": job.settings.as_dict(), "accuracy": result["accuracy"],
                      "final_train_loss": result["final_train_loss"], "loss_curve": result["loss_curve"],
                      "steps": result["steps"], "wall_seconds": round(result["wall_seconds"], 2),
@@ -122,23 +121,27 @@ def run_probes(tasks: list[str], models: list[str], seeds: list[int], profile: s
                 _save_checkpoints(out_dir, checkpoints)
             if log_mlflow:
                 _log_to_mlflow(entry, command)
-            print(f"[{sum(counts[s] for s in ('finished', 'paused', 'failed'))}/{total}] {label}: accuracy "
+            print(f"[{sum(counts[s] for s in ('finished', 'paused', 'failed'))}/{total}] {job.label}: accuracy "
                   f"{result['accuracy']:.3f}, loss {result['final_train_loss']:.3f}, {result['wall_seconds']:.0f} s",
                   flush=True)
             return
-        unfinished.append(label)
+        unfinished.append(job.label)
         if result["status"] == "paused":
-            checkpoints[identity] = result["checkpoint"]
+            kept = sum(len(blob) for key, blob in checkpoints.items() if key != identity)
+            if checkpoint_limit is not None and kept + len(result["checkpoint"]) > checkpoint_limit:
+                checkpoints.pop(identity, None)
+                print(f"{job.label}: paused at step {result['step']}; its checkpoint would pass "
+                      f"{checkpoint_limit} bytes, dropped (the run starts over next time)", flush=True)
+            else:
+                checkpoints[identity] = result["checkpoint"]
+                print(f"{job.label}: paused at step {result['step']} (checkpoint kept)", flush=True)
             _save_checkpoints(out_dir, checkpoints)
-            print(f"{label}: paused at step {result['step']} (checkpoint kept)", flush=True)
         else:
-            print(f"{label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
+            print(f"{job.label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
 
     not_started = run_jobs(pending, train_probe, workers, deadline, record,
                            cuda_devices=devices.cuda_devices)
     counts["not started"] = len(not_started)
-    unfinished += [f"{j.task}/{j.model}/s{j.seed}" for j in not_started]
-    table = write_results_table(out_dir, tasks, models, seeds, settings_by_task, profile, command, unfinished)
-    print(table.read_text(), flush=True)
+    unfinished += [job.label for job in not_started]
     print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)
-    return {"counts": counts, "table": table, "unfinished": unfinished}
+    return {"counts": counts, "unfinished": unfinished}

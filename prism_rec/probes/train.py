@@ -2,8 +2,10 @@
 
 Training batches come from a NumPy generator seeded by (seed, task), so every model sees the same data
 at a given seed; the evaluation set is seeded by the task alone (the same for every model and seed) and
-is drawn from a separate stream, never from training batches. Loss is cross-entropy at the target
-positions (the final token); the optimiser is AdamW with a constant learning rate and gradient clipping.
+is drawn from a separate stream, never from training batches. Loss is cross-entropy at the final token
+(every task's only target); the optimiser is AdamW (fused on CUDA) with a constant learning rate and
+gradient clipping. A training step never waits for the device (no host read of a device value), so many
+runs share one GPU well. Checkpoints hold only tensors and plain values and load with ``weights_only=True``.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import torch
 import torch.nn.functional as F
 
 from ..train import resolve_device
+from .manifest import run_identity
 from .model import ProbeModel
 from .settings import ProbeSettings
-from .tasks import IGNORE, make_batch
+from .tasks import make_batch
 
 EVAL_STREAM = 1_000_003
 EVAL_BATCH = 512
@@ -36,6 +39,12 @@ class ProbeJob:
     device: str = "cpu"
     deadline: float = float("inf")  # time.time() after which the run pauses and returns a checkpoint
     checkpoint: bytes | None = None  # from an earlier paused run of the same job
+    profile: str = "paper"  # the settings profile the run belongs to (recorded in the manifest)
+    label: str = ""  # how log lines name the run
+
+    @property
+    def identity(self) -> str:
+        return run_identity(self.task, self.model, self.seed, self.settings)
 
 
 def task_code(task: str) -> int:
@@ -46,22 +55,24 @@ def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return torch.from_numpy(array).to(device, non_blocking=True)
 
 
+def _final_batch(task: str, rng: np.random.Generator, size: int, settings: ProbeSettings,
+                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens [B, T], final-token targets [B]) on ``device``."""
+    tokens, targets = make_batch(task, rng, size, settings.seq_len, settings.vocab_size)
+    return _to_device(tokens, device), _to_device(np.ascontiguousarray(targets[:, -1]), device)
+
+
 @torch.no_grad()
 def evaluate(model: ProbeModel, task: str, settings: ProbeSettings, device: torch.device) -> float:
-    """Accuracy at the target positions over ``eval_size`` sequences of the task's fixed evaluation set."""
+    """Final-token accuracy over ``eval_size`` sequences of the task's fixed evaluation set."""
     rng = np.random.default_rng([EVAL_STREAM, task_code(task)])
     model.eval()
-    correct = total = 0
+    correct = torch.zeros((), dtype=torch.long, device=device)
     for start in range(0, settings.eval_size, EVAL_BATCH):
-        size = min(EVAL_BATCH, settings.eval_size - start)
-        tokens, targets = make_batch(task, rng, size, settings.seq_len, settings.vocab_size)
-        tokens, targets = _to_device(tokens, device), _to_device(targets, device)
-        positions = targets != IGNORE
-        predictions = model(tokens, positions).argmax(-1)  # [N]
-        correct += int((predictions == targets[positions]).sum())
-        total += int(positions.sum())
+        tokens, targets = _final_batch(task, rng, min(EVAL_BATCH, settings.eval_size - start), settings, device)
+        correct += (model(tokens).argmax(-1) == targets).sum()
     model.train()
-    return correct / total
+    return int(correct) / settings.eval_size
 
 
 def train_probe(job: ProbeJob) -> dict:
@@ -72,11 +83,12 @@ def train_probe(job: ProbeJob) -> dict:
     torch.manual_seed(job.seed)
     model = ProbeModel(job.model, settings.vocab_size, settings.seq_len, settings.d_model, settings.n_layers,
                        settings.n_heads).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay,
+                                  fused=device.type == "cuda")
     rng = np.random.default_rng([job.seed, task_code(job.task)])
     step, elapsed, loss_curve = 0, 0.0, []
     if job.checkpoint is not None:
-        state = torch.load(io.BytesIO(job.checkpoint), map_location=device, weights_only=False)
+        state = torch.load(io.BytesIO(job.checkpoint), map_location=device, weights_only=True)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         rng.bit_generator.state = state["rng"]
@@ -90,10 +102,8 @@ def train_probe(job: ProbeJob) -> dict:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng.bit_generator.state,
                         "step": step, "elapsed": elapsed + time.time() - started, "loss_curve": loss_curve}, buffer)
             return {"status": "paused", "step": step, "checkpoint": buffer.getvalue()}
-        tokens, targets = make_batch(job.task, rng, settings.batch_size, settings.seq_len, settings.vocab_size)
-        tokens, targets = _to_device(tokens, device), _to_device(targets, device)
-        positions = targets != IGNORE  # [B, T]
-        loss = F.cross_entropy(model(tokens, positions), targets[positions])
+        tokens, targets = _final_batch(job.task, rng, settings.batch_size, settings, device)
+        loss = F.cross_entropy(model(tokens), targets)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if settings.grad_clip > 0:
