@@ -135,7 +135,7 @@ def test_a_checkpoint_over_the_limit_is_dropped(tmp_path, monkeypatch, capsys):
 def synthetic_entry(run, accuracy: float, protocol: int = PROTOCOL) -> dict:
     return {"task": run.task, "task_version": TASKS[run.task].version, "protocol": protocol, "model": run.model,
             "seed": run.seed, "profile": run.profile, "settings": run.settings.as_dict(), "accuracy": accuracy,
-            "machine": "NVIDIA H200 (CUDA 13.0)", "git_commit": "abc1234"}
+            "machine": "NVIDIA H200 (CUDA 13.0)", "git_commit": "abc1234", "wall_seconds": 100.0 + run.seed}
 
 
 def synthetic_accuracy(run) -> float:
@@ -162,7 +162,7 @@ def test_the_report_from_a_synthetic_manifest(tmp_path):
     assert f"| parity | {one} | {one} | {one} | 0.510 ± 0.010 (0/3) |" in paper
     assert "| 1.00 | 0.49 | 1.00 |" in paper  # the paper's figures beside ours
     assert f"{len(entries) - 1} of the {len(runs)} planned runs" in text and "1 earlier" in text
-    assert "landed (`prism_rec/init.py`" in text
+    assert "landed (`prism_rec/init.py`" in text and "Median wall time of a run: 101 s (412 runs)" in text
     claims = {line.split(" | ")[0].strip("| "): line.split(" | ")[-1] for line in paper.splitlines()
               if line.startswith("| ") and "checks" in line or line.endswith("holds |")}
     assert claims["parity"].startswith("holds")

@@ -93,8 +93,10 @@ class Found:
     def provenance(self) -> str:
         machines = sorted({e["machine"] for e in self.entries.values()})
         commits = sorted({e["git_commit"] for e in self.entries.values()})
-        return (f"Machine: {'; '.join(machines) or 'none (no finished run)'}. Commit: {', '.join(commits) or 'none'}. "
-                f"Written {datetime.date.today().isoformat()}.")
+        walls = [e["wall_seconds"] for e in self.entries.values() if "wall_seconds" in e]
+        wall = f" Median wall time of a run: {statistics.median(walls):.0f} s ({len(walls)} runs)." if walls else ""
+        return (f"Machine: {'; '.join(machines) or 'none (no finished run)'}. Commit: {', '.join(commits) or 'none'}."
+                f"{wall} Written {datetime.date.today().isoformat()}.")
 
 
 def _row(cells) -> str:
