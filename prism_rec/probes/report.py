@@ -210,7 +210,9 @@ def write_grid_report(out_dir: Path, command: str, unfinished: list[str]) -> Pat
                   f"Levels: solves = mean >= {SOLVED}; fails = at most {AT_CHANCE_MARGIN} above chance (uniform guess "
                   "among the answers; silence gate 0.5); partial otherwise. The paper's Table 4 figures are "
                   "levelled the same way at this profile's vocabulary; a claim holds when the levels of the three "
-                  "columns and the orderings the paper states match.",
+                  "columns and the orderings the paper states match. The paper's linear attention (the script's "
+                  "`LA`: plain causal linear attention after a convolution) is not in this suite; Gated DeltaNet, "
+                  "PRISM's L = 0 case, stands in for it.",
                   "", *claims_table(found, profile, settings_by_task)]
     lines += ["", f"## Local XOR by length (profile `{SWEEP_PROFILE}` otherwise)", "", *sweep_section(found)]
     lines += ["", "## Run record", "", f"Command: `{command}`", found.provenance()]
