@@ -14,7 +14,7 @@
 # gpu_setup.sh falls back to time slices) and start runs for BUDGET seconds (default 500); runs in flight
 # then pause at their next step and are checkpointed, up to CHECKPOINT_MIB (default 15) in all so that the
 # file comes back (a paused run that does not fit starts over next time). The whole call takes about
-# BUDGET + 40 s; a timeout guards it.
+# BUDGET + 35 s (setup about 25 s, pausing and the report a few); a timeout at BUDGET + 30 s guards the run.
 # OUT_DIR receives four files: probes_manifest.jsonl (every line, old and new), probes_checkpoints.pt,
 # probes.md (the v2 report from the manifest) and probes_log.txt. Afterwards, here:
 #   mkdir -p .probes_runs && cp FILES_AT/probes_manifest.jsonl FILES_AT/probes_checkpoints.pt .probes_runs/
@@ -38,7 +38,7 @@ gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | sed 's/^/cuda:/' | p
 device=${DEVICE:-$gpus}
 workers=${WORKERS:-$((15 * $(echo "$device" | tr ',' '\n' | wc -l)))}
 budget=${BUDGET:-500}
-timeout $((budget + 40)) python3 -m prism_rec.probes --grid --device "$device" --workers "$workers" \
+timeout $((budget + 30)) python3 -m prism_rec.probes --grid --device "$device" --workers "$workers" \
     --time-budget "$budget" --checkpoint-limit "${CHECKPOINT_MIB:-15}" --out "$out" --no-mlflow \
     > "$out/probes_log.txt" 2>&1
 status=$?
