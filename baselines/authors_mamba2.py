@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from prism_rec.baselines.authors_prism import BlockStack, channel_decay_attention, mlp
-from prism_rec.kernels import delta_scan
+from prism_rec.kernels.compiled_scan import delta_scan
 from prism_rec.registry import register_backbone
 
 
@@ -108,8 +108,8 @@ class AuthorsMamba2Block(nn.Module):
         n = self.input_norm(x) * keep
         u, v, q, k = self.uvqk(n).chunk(4, dim=-1)
         g = torch.zeros(*x.shape[:2], self.n_heads, device=x.device)
-        attended, _ = delta_scan(self.heads(q), self.heads(k) * real, self.heads(v) * real, g, scale=1.0,
-                                 backend=self.backend)
+        attended = delta_scan(self.heads(q), self.heads(k) * real, self.heads(v) * real, g, scale=1.0,
+                             backend=self.backend)
         combined = (self.attention_weight * attended.flatten(2)
                     + (1 - self.attention_weight) * self.ssm_out(self.ssm(n, real.float()).to(x.dtype)))
         gated = F.silu(self.gate_proj(self.gate_in(n))) * combined

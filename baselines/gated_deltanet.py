@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from prism_rec.init import apply_init
-from prism_rec.kernels import delta_scan
+from prism_rec.kernels.compiled_scan import delta_scan
 from prism_rec.nn import GatedRMSNorm, PreNormStack, ShortConv, l2norm, ssd_gate_init
 from prism_rec.registry import register_backbone
 
@@ -109,7 +109,7 @@ class GatedDeltaNetLayer(nn.Module):
             for name, extra_dims in (("k", 2), ("v", 2), ("extra_k", 3), ("extra_v", 3)):
                 if inputs[name] is not None:
                     inputs[name] = inputs[name] * keep.to(inputs[name].dtype).view(*keep.shape, *([1] * extra_dims))
-        o, _ = delta_scan(**inputs, backend=self.backend)
+        o = delta_scan(**inputs, backend=self.backend)
         return self.readout(x, o)
 
 

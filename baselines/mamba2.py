@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from prism_rec.init import apply_init
-from prism_rec.kernels import delta_scan
+from prism_rec.kernels.compiled_scan import delta_scan
 from prism_rec.nn import PreNormStack, RMSNorm, ShortConv, ssd_gate_init
 from prism_rec.registry import register_backbone
 
@@ -77,7 +77,7 @@ class Mamba2Mixer(nn.Module):
         z, x, B, C, dt = self.ssd_inputs(u, mask)
         A = -self.A_log.float().exp()  # [H]
         heads = (-1, -1, self.n_heads, -1)
-        y, _ = delta_scan(
+        y = delta_scan(
             q=C.unsqueeze(2).expand(heads),  # [B, T, H, N]
             k=(B.unsqueeze(2) * dt.unsqueeze(-1).to(B.dtype)),  # [B, T, H, N]
             v=x,  # [B, T, H, P]

@@ -1,20 +1,27 @@
 """Training-step time of every backbone with the full-softmax loss, and solo training throughput.
 
-    python benchmarks/step_bench.py [--models all|a,b] [--loss-path fused,chunked] [--datasets all|a,b]
+    python benchmarks/step_bench.py [--models all|a,b] [--loss-path fused,chunked] [--compile off,cudagraphs]
+                                    [--datasets all|a,b] [--time-budget SECONDS]
 
 One step = forward, backward, AdamW step (bf16 autocast on CUDA, fp32 on CPU), built as
 prism_rec/train.py builds it (build_model, TrainConfig, NextItemObjective; the full-softmax branch
 goes through prism_rec.losses.full_softmax_loss_sum with the path named by --loss-path). Step table:
 random full windows of --batch-size x T for T in --lengths over --items items (d_model 64, 2 layers, 2
 heads), the median wall time of --steps steps after --warmup (synchronised per step) and the peak
-memory; Books scale: --books-models at --books-items items, T 200; a torch.profiler breakdown of each
-backbone at the first length. Solo throughput (--datasets): per dataset and backbone, real training
-windows (batch --batch-size, the dataset's window), tokens/s over --solo-steps steps after
---solo-warmup (fewer, at least 2, where they would take more than --cell-seconds), counting the real
-target positions as train.py does. On CUDA the script first checks
-the fused loss against the chunked one (loss and gradients) and stops if they differ.
+memory, for every loss path and every step mode of --compile (prism_rec/compile.py: off = eager,
+inductor, cudagraphs); Books scale: --books-models at --books-items items, T 200; a torch.profiler
+breakdown of each backbone and step mode at the first length (wall and device ms per step, kernel
+launches, top operators by device time). Solo throughput (--datasets): per dataset, backbone and
+--solo-compile mode, real training windows (batch --batch-size, the dataset's window), tokens/s over
+--solo-steps steps after --solo-warmup (fewer, at least 2, where they would take more than
+--cell-seconds), counting the real target positions as train.py does; from them, the speed-up of the
+compiled step per dataset (sum of the backbones' eager step times over the compiled ones). On CUDA the
+script first checks the fused loss against the chunked one (loss and gradients) and stops if they differ.
 
-Writes <out>/step.md and step.csv, and with --datasets <out>/solo_throughput.csv.
+Every cell is caught on its own (its status says why it failed) and the files are rewritten after every
+cell, so a run cut short keeps what it measured; once --time-budget seconds have passed, the cells not
+started are recorded as skipped. Writes <out>/step.md and step.csv, and with --datasets
+<out>/solo_throughput.csv (the rows of the last --solo-compile mode, the one a grid would train with).
 """
 
 from __future__ import annotations
@@ -40,14 +47,15 @@ from prism_rec.files import write_atomically
 from prism_rec.losses import full_softmax_loss_sum, resolve_path
 from prism_rec.registry import backbone_entry, get_dataset, list_backbones
 from prism_rec.tracking import machine_description
+from prism_rec.compile import optimizer_options, resolve_compile, training_encoder
 from prism_rec.train import NextItemObjective, TrainConfig, build_model, resolve_device, set_seed
 
 HEADLINE_DATASETS = ("ml-100k", "yelp-iclrec", "electronics-gerec", "books-dealrec", "movies-long", "movies-fedcsr")
 SOLO_COLUMNS = ("dataset", "model", "tokens_per_s", "step_ms", "batch_size", "max_len", "n_items", "dtype", "machine",
-                "command")
-STEP_COLUMNS = ("section", "model", "seq_len", "n_items", "batch_size", "loss_path", "dtype", "step_ms",
+                "command", "compile")
+STEP_COLUMNS = ("section", "model", "seq_len", "n_items", "batch_size", "loss_path", "compile", "dtype", "step_ms",
                 "peak_memory_gib", "target_tokens", "status")
-TOP_OPERATORS = 5
+TOP_OPERATORS = 8
 
 
 class BenchObjective(NextItemObjective):
@@ -60,7 +68,7 @@ class BenchObjective(NextItemObjective):
     def forward(self, window: torch.Tensor) -> tuple[torch.Tensor, int]:
         inputs, targets = window[:, :-1], window[:, 1:]
         trained = (inputs > 0) & (targets > 0)
-        hidden = self.model.encode(inputs)[trained]
+        hidden = self.encode(inputs)[trained]
         loss_sum = full_softmax_loss_sum(hidden, self.model.item_table(), targets[trained] - 1, path=self.loss_path)
         return loss_sum, int(trained.sum())
 
@@ -68,15 +76,18 @@ class BenchObjective(NextItemObjective):
 class Trainer:
     """One backbone's model, optimizer and step, as in prism_rec.train's loop."""
 
-    def __init__(self, n_items: int, backbone: str, max_len: int, args, device: torch.device, loss_path: str):
+    def __init__(self, n_items: int, backbone: str, max_len: int, args, device: torch.device, loss_path: str,
+                 compile_mode: str = "off"):
         self.config = TrainConfig(d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, max_len=max_len,
                                   batch_size=args.batch_size, device=str(device), progress=False)
         set_seed(0)
         self.model = build_model(SimpleNamespace(n_items=n_items), backbone, self.config).to(device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.config.lr,
-                                           weight_decay=self.config.weight_decay)
+                                           weight_decay=self.config.weight_decay,
+                                           **optimizer_options(compile_mode, device))
         self.objective = BenchObjective(self.model, self.config, torch.Generator(device=device).manual_seed(0),
                                         loss_path)
+        self.objective.encode = training_encoder(self.model, args.batch_size, compile_mode)
         self.device = device
         self.autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
@@ -134,53 +145,81 @@ def random_windows(n_items: int, batch_size: int, length: int, count: int) -> li
     return [torch.randint(1, n_items + 1, (batch_size, length + 1), generator=generator) for _ in range(count)]
 
 
-def step_cell(section: str, backbone: str, n_items: int, length: int, loss_path: str, args, device) -> dict:
+def failure(error: BaseException) -> str:
+    if isinstance(error, torch.cuda.OutOfMemoryError):
+        return "out of memory"
+    first_line = str(error).splitlines()[0][:120] if str(error) else ""
+    return f"failed: {type(error).__name__}: {first_line}"
+
+
+class Budget:
+    """The wall seconds a run may spend starting cells; a cell not started in time is recorded as skipped."""
+
+    def __init__(self, seconds: float):
+        self.deadline = time.perf_counter() + seconds
+
+    def spent(self) -> bool:
+        return time.perf_counter() > self.deadline
+
+
+def step_cell(section: str, backbone: str, n_items: int, length: int, loss_path: str, compile_mode: str, args,
+              device, budget: Budget) -> dict:
     row = {"section": section, "model": backbone, "seq_len": length, "n_items": n_items, "batch_size": args.batch_size,
-           "loss_path": loss_path, "dtype": dtype_label(device), "step_ms": "", "peak_memory_gib": "",
-           "target_tokens": args.batch_size * length, "status": "ok"}
+           "loss_path": loss_path, "compile": compile_mode, "dtype": dtype_label(device), "step_ms": "",
+           "peak_memory_gib": "", "target_tokens": args.batch_size * length, "status": "ok"}
+    if budget.spent():
+        row["status"] = "skipped: time budget"
+        return row
     trainer = None
     try:
-        trainer = Trainer(n_items, backbone, length, args, device, loss_path)
+        trainer = Trainer(n_items, backbone, length, args, device, loss_path, compile_mode)
         reset_memory(device)
         batches = random_windows(n_items, args.batch_size, length, 4)
         times = timed_steps(trainer, batches, args.warmup, args.steps, args.cell_seconds)
         row["step_ms"] = f"{statistics.median(times):.3f}"
         memory = peak_memory_gib(device)
         row["peak_memory_gib"] = "" if memory is None else f"{memory:.2f}"
-    except torch.cuda.OutOfMemoryError:
-        row["status"] = "out of memory"
-    except Exception as error:  # one backbone's failure is reported in its cell, the others still run
-        row["status"] = f"failed: {type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}"
+    except Exception as error:  # one cell's failure is reported in its cell, the others still run
+        row["status"] = failure(error)
     finally:
         del trainer
         reset_memory(device)
-    print(f"{section} {backbone} T={length} items={n_items} {loss_path}: {row['step_ms'] or row['status']} ms, "
-          f"peak {row['peak_memory_gib'] or '-'} GiB", flush=True)
+    print(f"{section} {backbone} T={length} items={n_items} {loss_path} compile={compile_mode}: "
+          f"{row['step_ms'] or row['status']} ms, peak {row['peak_memory_gib'] or '-'} GiB", flush=True)
     return row
 
 
-def profile_backbone(backbone: str, n_items: int, length: int, loss_path: str, args, device) -> str:
-    """The top operators of a few steps by device time (CUDA kernels; operators' self CPU time on CPU)."""
+def profile_backbone(backbone: str, n_items: int, length: int, loss_path: str, compile_mode: str, args,
+                     device) -> dict:
+    """Wall and device ms per step, kernel launches per step and the top operators by device time (CUDA
+    kernels; on CPU the operators' self CPU time), over --profile-steps steps after warm-up."""
     try:
-        trainer = Trainer(n_items, backbone, length, args, device, loss_path)
+        trainer = Trainer(n_items, backbone, length, args, device, loss_path, compile_mode)
         batches = random_windows(n_items, args.batch_size, length, 2)
-        for index in range(2):
-            trainer.step(batches[index])
-        synchronize(device)
+        warm_up(trainer, [batches[index % 2] for index in range(args.warmup + 1)])
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
         with profile(activities=activities) as profiler:
+            started = time.perf_counter()
             for index in range(args.profile_steps):
                 trainer.step(batches[index % 2])
             synchronize(device)
+            wall_ms = (time.perf_counter() - started) * 1000 / args.profile_steps
+        events = profiler.key_averages()
+        key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+        if device.type == "cuda":
+            kernels = [e for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            launches = len(kernels) / args.profile_steps
+        else:
+            launches = sum(e.count for e in events) / args.profile_steps
+        device_ms = sum(getattr(e, key) for e in events) / args.profile_steps / 1000
+        top = sorted(events, key=lambda e: getattr(e, key), reverse=True)[:TOP_OPERATORS]
+        top_text = ", ".join(f"`{e.key[:60]}` {getattr(e, key) / args.profile_steps / 1000:.2f}" for e in top)
+        return {"wall_ms": f"{wall_ms:.2f}", "device_ms": f"{device_ms:.2f}", "launches": f"{launches:.0f}",
+                "top": top_text}
     except Exception as error:
-        return f"profile failed: {type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}"
-    events = profiler.key_averages()
-    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    total = sum(getattr(e, key) for e in events) / args.profile_steps / 1000
-    top = sorted(events, key=lambda e: getattr(e, key), reverse=True)[:TOP_OPERATORS]
-    return f"{total:.2f} ms/step in all; " + ", ".join(
-        f"`{e.key[:60]}` {getattr(e, key) / args.profile_steps / 1000:.2f}" for e in top)
-
+        return {"wall_ms": "", "device_ms": "", "launches": "", "top": f"profile {failure(error)}"}
+    finally:
+        reset_memory(device)
 
 def check_fused(device: torch.device) -> list[str]:
     """Fused against chunked loss and gradients on this device (fp32 inputs under bf16 autocast, and fp32
@@ -212,15 +251,22 @@ def check_fused(device: torch.device) -> list[str]:
     return lines
 
 
-def solo_cell(dataset, windows: torch.Tensor, backbone: str, args, device, command: str) -> dict | None:
+
+
+def solo_cell(dataset, windows: torch.Tensor, backbone: str, compile_mode: str, args, device, command: str,
+              budget: Budget) -> dict | None:
     """Training tokens/s of ``backbone`` on real windows of ``dataset`` alone on the device."""
+    if budget.spent():
+        print(f"solo {dataset.name} {backbone} compile={compile_mode}: skipped (time budget)", flush=True)
+        return None
     max_len = windows.shape[1] - 1
     order = torch.randperm(len(windows), generator=torch.Generator().manual_seed(0))
     batches = [windows[index] for index in order.split(args.batch_size)]
     batches = (batches * (-(-(args.solo_warmup + args.solo_steps) // len(batches))))[: args.solo_warmup + args.solo_steps]
     tokens = [int(((b[:, :-1] > 0) & (b[:, 1:] > 0)).sum()) for b in batches]
+    trainer = None
     try:
-        trainer = Trainer(dataset.n_items, backbone, max_len, args, device, args.solo_loss_path)
+        trainer = Trainer(dataset.n_items, backbone, max_len, args, device, args.solo_loss_path, compile_mode)
         per_step = warm_up(trainer, batches[: args.solo_warmup])
         timed = max(2, min(args.solo_steps, int(args.cell_seconds / max(per_step, 1e-9))))
         batches, tokens = batches[: args.solo_warmup + timed], tokens[: args.solo_warmup + timed]
@@ -230,17 +276,18 @@ def solo_cell(dataset, windows: torch.Tensor, backbone: str, args, device, comma
         synchronize(device)
         seconds = time.perf_counter() - started
     except Exception as error:
-        print(f"solo {dataset.name} {backbone}: failed ({type(error).__name__}: {str(error)[:120]})", flush=True)
+        print(f"solo {dataset.name} {backbone} compile={compile_mode}: {failure(error)}", flush=True)
         return None
     finally:
+        del trainer
         reset_memory(device)
     row = {"dataset": dataset.name, "model": backbone, "tokens_per_s": f"{sum(tokens[args.solo_warmup:]) / seconds:.0f}",
            "step_ms": f"{seconds / timed * 1000:.3f}", "batch_size": args.batch_size, "max_len": max_len,
            "n_items": dataset.n_items, "dtype": dtype_label(device), "machine": machine_description(device),
-           "command": command}
-    print(f"solo {dataset.name} {backbone}: {row['tokens_per_s']} tokens/s, {row['step_ms']} ms/step", flush=True)
+           "command": command, "compile": compile_mode}
+    print(f"solo {dataset.name} {backbone} compile={compile_mode}: {row['tokens_per_s']} tokens/s, "
+          f"{row['step_ms']} ms/step", flush=True)
     return row
-
 
 def dtype_label(device: torch.device) -> str:
     return "bf16 autocast" if device.type == "cuda" else "fp32"
@@ -254,8 +301,18 @@ def csv_text(rows: list[dict], columns) -> str:
     return buffer.getvalue()
 
 
-def step_markdown(rows: list[dict], profiles: dict[str, str], checks: list[str], header: list[str],
-                  loss_paths: list[str]) -> str:
+
+def ms_cell(row: dict | None) -> str:
+    if row is None:
+        return ""
+    if row["status"] != "ok":
+        return row["status"]
+    memory = f" ({row['peak_memory_gib']})" if row["peak_memory_gib"] else ""
+    return f"{float(row['step_ms']):.2f}{memory}"
+
+
+def step_markdown(rows: list[dict], profiles: list[dict], solo_rows: list[dict], checks: list[str],
+                  header: list[str]) -> str:
     lines = [*header, ""]
     if checks:
         lines += ["Fused loss checked against the chunked one on this device before timing:", *checks, ""]
@@ -263,34 +320,88 @@ def step_markdown(rows: list[dict], profiles: dict[str, str], checks: list[str],
         own = [r for r in rows if r["section"] == section]
         if not own:
             continue
-        shapes = sorted({(r["seq_len"], r["n_items"]) for r in own})
-        columns = [(length, items, path) for length, items in shapes for path in loss_paths]
+        columns = list(dict.fromkeys((r["seq_len"], r["n_items"], r["loss_path"], r["compile"]) for r in own))
+        cells = {(r["model"], r["seq_len"], r["n_items"], r["loss_path"], r["compile"]): r for r in own}
         lines += [f"## {title}: median ms per step (peak GiB)", "",
-                  "| backbone | " + " | ".join(f"T {t}, {i:,} items, {p}" for t, i, p in columns) + " |",
+                  "| backbone | " + " | ".join(f"T {t}, {i:,} items, {p}, compile {c}" for t, i, p, c in columns) + " |",
                   "|---|" + "---:|" * len(columns)]
-        cells = {(r["model"], r["seq_len"], r["n_items"], r["loss_path"]): r for r in own}
         for model in dict.fromkeys(r["model"] for r in own):
-            values = []
-            for length, items, path in columns:
-                cell = cells.get((model, length, items, path))
-                if cell is None:
-                    values.append("")
-                elif cell["status"] != "ok":
-                    values.append(cell["status"])
-                else:
-                    memory = f" ({cell['peak_memory_gib']})" if cell["peak_memory_gib"] else ""
-                    values.append(f"{float(cell['step_ms']):.2f}{memory}")
-            lines.append(f"| {model} | " + " | ".join(values) + " |")
-        lines.append("")
+            lines.append(f"| {model} | " + " | ".join(ms_cell(cells.get((model, *column))) for column in columns) + " |")
+        lines += ["", *speedup_lines(own), ""]
     if profiles:
-        lines += ["## Where the time goes (torch.profiler, top operators by device time, ms per step)", ""]
-        lines += [f"- {model}: {text}" for model, text in profiles.items()]
+        lines += ["## Where the time goes (torch.profiler; top operators by device time, ms per step)", "",
+                  "Wall ms far above device ms: the step waits on launches and Python, not on the GPU.", "",
+                  "| backbone | shape | compile | wall ms/step | device ms/step | kernel launches/step | top operators |",
+                  "|---|---|---|---:|---:|---:|---|"]
+        lines += [f"| {p['model']} | T {p['seq_len']}, {p['loss_path']} | {p['compile']} | {p['wall_ms']} | "
+                  f"{p['device_ms']} | {p['launches']} | {p['top']} |" for p in profiles]
         lines.append("")
+    if solo_rows:
+        modes = list(dict.fromkeys(r["compile"] for r in solo_rows))
+        solo = {(r["dataset"], r["model"], r["compile"]): r for r in solo_rows}
+        lines += ["## Solo training throughput on real windows: tokens/s (ms per step)", "",
+                  "| dataset | backbone | " + " | ".join(f"compile {m}" for m in modes) + " |",
+                  "|---|---|" + "---:|" * len(modes)]
+        for dataset, model in dict.fromkeys((r["dataset"], r["model"]) for r in solo_rows):
+            cells = [solo.get((dataset, model, m)) for m in modes]
+            values = ["failed or skipped" if c is None else f"{float(c['tokens_per_s']):,.0f} ({float(c['step_ms']):.1f})"
+                      for c in cells]
+            lines.append(f"| {dataset} | {model} | " + " | ".join(values) + " |")
+        lines += ["", *grid_speedup_lines(solo_rows), ""]
     return "\n".join(lines)
 
 
+def speedup_lines(rows: list[dict]) -> list[str]:
+    """Eager step time over each compiled mode's, per backbone and shape, where both ran."""
+    timed = {(r["model"], r["seq_len"], r["n_items"], r["loss_path"], r["compile"]): float(r["step_ms"])
+             for r in rows if r["status"] == "ok"}
+    ratios = []
+    for (model, length, items, path, mode), ms in timed.items():
+        eager = timed.get((model, length, items, path, "off"))
+        if mode != "off" and eager is not None:
+            ratios.append(f"{model} T {length} {path} {mode} {eager / ms:.2f}x")
+    return ["Speed-up of the compiled step over eager: " + "; ".join(ratios) + "."] if ratios else []
+
+
+def grid_speedup_lines(solo_rows: list[dict]) -> list[str]:
+    """Per dataset and over all, the GPU time of one step of every backbone (a grid with equal steps per
+    backbone) eager over compiled, for the backbones measured in both modes."""
+    step_ms = {(r["dataset"], r["model"], r["compile"]): float(r["step_ms"]) for r in solo_rows}
+    lines = []
+    for mode in dict.fromkeys(r["compile"] for r in solo_rows if r["compile"] != "off"):
+        pairs = {(d, m): (ms, step_ms[(d, m, mode)]) for (d, m, c), ms in step_ms.items()
+                 if c == "off" and (d, m, mode) in step_ms}
+        if not pairs:
+            continue
+        per_dataset = []
+        for dataset in dict.fromkeys(d for d, _ in pairs):
+            own = [times for (d, _), times in pairs.items() if d == dataset]
+            per_dataset.append(f"{dataset} {sum(e for e, _ in own) / sum(c for _, c in own):.2f}x ({len(own)} backbones)")
+        total = sum(e for e, _ in pairs.values()) / sum(c for _, c in pairs.values())
+        lines.append(f"Grid speed-up per GPU-hour, compile {mode} over eager (sum of the backbones' solo step times, "
+                     f"equal steps per backbone; one job alone on the GPU, not the grid's MPS sharing): "
+                     f"{total:.2f}x over all; " + "; ".join(per_dataset) + ".")
+    return lines
+
+
+class Report:
+    """The rows measured so far, rewritten to step.csv, step.md and solo_throughput.csv after every cell."""
+
+    def __init__(self, out_dir: Path, header: list[str], checks: list[str], solo_mode: str | None):
+        self.out_dir, self.header, self.checks, self.solo_mode = out_dir, header, checks, solo_mode
+        self.rows, self.profiles, self.solo_rows = [], [], []
+
+    def write(self) -> None:
+        write_atomically(self.out_dir / "step.csv", csv_text(self.rows, STEP_COLUMNS))
+        write_atomically(self.out_dir / "step.md",
+                         step_markdown(self.rows, self.profiles, self.solo_rows, self.checks, self.header))
+        if self.solo_mode is not None:
+            write_atomically(self.out_dir / "solo_throughput.csv",
+                             csv_text([r for r in self.solo_rows if r["compile"] == self.solo_mode], SOLO_COLUMNS))
+
 def parse_list(value: str, everything: list[str] | tuple[str, ...]) -> list[str]:
     return list(everything) if value == "all" else [part for part in value.split(",") if part]
+
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -308,17 +419,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cell-seconds", type=float, default=3.0,
                         help="fewer timed steps (at least 2) when a cell would take longer than this")
     parser.add_argument("--loss-path", default="fused,chunked", help="fused, chunked or both (comma-separated)")
+    parser.add_argument("--compile", default="off", help="step modes, comma-separated: off, inductor, cudagraphs, auto")
     parser.add_argument("--books-models", default="sasrec", help="backbones at Books scale ('' for none)")
     parser.add_argument("--books-items", type=int, default=340000)
     parser.add_argument("--books-length", type=int, default=200)
     parser.add_argument("--profile-steps", type=int, default=3, help="0: no per-operator breakdown")
     parser.add_argument("--datasets", default="", help="solo throughput on these datasets (all: the headline six)")
+    parser.add_argument("--solo-models", default="", help="backbones of the solo runs ('': those of --models)")
+    parser.add_argument("--solo-compile", default="", help="step modes of the solo runs ('': those of --compile)")
     parser.add_argument("--solo-steps", type=int, default=30)
     parser.add_argument("--solo-warmup", type=int, default=5)
     parser.add_argument("--solo-loss-path", default="auto", help="loss path of the solo runs (auto: fused on CUDA)")
     parser.add_argument("--no-steps", action="store_true", help="only the solo throughput")
+    parser.add_argument("--time-budget", type=float, default=float("inf"),
+                        help="seconds after which no further cell starts (those left are recorded as skipped)")
     parser.add_argument("--out-dir", type=Path, default=Path("results"))
     args = parser.parse_args(argv)
+    budget = Budget(args.time_budget)
     device = resolve_device(args.device)
     if device.type == "cuda":
         device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
@@ -331,46 +448,49 @@ def main(argv: list[str] | None = None) -> None:
         triton_version = triton.__version__
     except ImportError:
         triton_version = "not installed"
-    models = []
-    for backbone in parse_list(args.models, list_backbones()):
-        if getattr(backbone_entry(backbone).factory, "ranks_by_popularity", False):
-            print(f"{backbone}: ranks by popularity and trains nothing; skipped", flush=True)
-        else:
-            models.append(backbone)
+    models = trained_backbones(parse_list(args.models, list_backbones()))
     loss_paths = []
     for path in args.loss_path.split(","):
         try:
             loss_paths.append(resolve_path(path, device))
         except ValueError as error:
             print(f"loss path {path!r} skipped on {device}: {error}", flush=True)
+    compile_modes = list(dict.fromkeys(resolve_compile(mode, device) for mode in args.compile.split(",") if mode))
+    solo_modes = list(dict.fromkeys(resolve_compile(mode, device) for mode in args.solo_compile.split(",") if mode))
+    solo_modes = solo_modes or compile_modes
     header = [f"# Training step: {machine}", "",
               f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; triton "
               f"{triton_version}; {dtype_label(device)}; command `{command}`.",
               f"One step = forward, backward, AdamW (prism_rec.train's model and objective, full softmax through "
               f"prism_rec.losses), batch {args.batch_size}, d_model {args.d_model}, {args.n_layers} layers, "
               f"{args.n_heads} heads, random full windows; median wall time of up to {args.steps} steps after "
-              f"{args.warmup} warm-up steps, synchronised per step; peak = torch.cuda.max_memory_allocated."]
+              f"{args.warmup} warm-up steps, synchronised per step; peak = torch.cuda.max_memory_allocated. "
+              f"Compile modes (prism_rec/compile.py): off = eager; inductor = the encoder through torch.compile; "
+              f"cudagraphs = the same replayed as CUDA graphs; compiled steps use fused AdamW on CUDA. The warm-up "
+              f"steps include the compilation, which the timed steps do not."]
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    lengths = [int(x) for x in args.lengths.split(",") if x]
+    checks = (check_fused(device) if device.type == "cuda" and "fused" in loss_paths and not args.no_steps else [])
+    report = Report(args.out_dir, header, checks, solo_modes[-1] if args.datasets and solo_modes else None)
     if not args.no_steps:
-        checks = check_fused(device) if device.type == "cuda" and "fused" in loss_paths else []
-        rows, profiles = [], {}
-        lengths = [int(x) for x in args.lengths.split(",") if x]
-        for backbone in models:
-            for length in lengths:
-                for path in loss_paths:
-                    rows.append(step_cell("step", backbone, args.items, length, path, args, device))
-            if args.profile_steps and lengths and loss_paths:
-                profiles[f"{backbone} (T {lengths[0]}, {loss_paths[0]})"] = profile_backbone(
-                    backbone, args.items, lengths[0], loss_paths[0], args, device)
-        for backbone in parse_list(args.books_models, models):
+        cells = [("step", backbone, args.items, length) for length in lengths for backbone in models]
+        cells += [("books", backbone, args.books_items, args.books_length)
+                  for backbone in parse_list(args.books_models, models)]
+        for section, backbone, items, length in cells:
             for path in loss_paths:
-                rows.append(step_cell("books", backbone, args.books_items, args.books_length, path, args, device))
-        write_atomically(args.out_dir / "step.csv", csv_text(rows, STEP_COLUMNS))
-        text = step_markdown(rows, profiles, checks, header, loss_paths)
-        write_atomically(args.out_dir / "step.md", text)
-        print(text, flush=True)
+                for mode in compile_modes:
+                    report.rows.append(step_cell(section, backbone, items, length, path, mode, args, device, budget))
+                    report.write()
+        for backbone in models if args.profile_steps and lengths and loss_paths else []:
+            for mode in compile_modes:
+                if budget.spent():
+                    break
+                shape = {"model": backbone, "seq_len": lengths[0], "loss_path": loss_paths[0], "compile": mode}
+                report.profiles.append({**shape, **profile_backbone(backbone, args.items, lengths[0], loss_paths[0],
+                                                                    mode, args, device)})
+                report.write()
     if args.datasets:
-        solo_rows = []
+        solo_models = trained_backbones(parse_list(args.solo_models, models)) if args.solo_models else models
         for name in parse_list(args.datasets, HEADLINE_DATASETS):
             try:
                 get_dataset(name)
@@ -381,13 +501,26 @@ def main(argv: list[str] | None = None) -> None:
             except MissingDataError as error:
                 print(f"solo: dataset {name!r} has no data here ({str(error).splitlines()[0]}); skipped", flush=True)
                 continue
-            max_len = get_dataset(name).max_len
-            windows = torch.from_numpy(training_windows(dataset, max_len))
-            for backbone in models:
-                row = solo_cell(dataset, windows, backbone, args, device, command)
-                if row is not None:
-                    solo_rows.append(row)
-        write_atomically(args.out_dir / "solo_throughput.csv", csv_text(solo_rows, SOLO_COLUMNS))
+            windows = torch.from_numpy(training_windows(dataset, get_dataset(name).max_len))
+            for backbone in solo_models:
+                for mode in solo_modes:
+                    row = solo_cell(dataset, windows, backbone, mode, args, device, command, budget)
+                    if row is not None:
+                        report.solo_rows.append(row)
+                        report.write()
+    report.write()
+    print(step_markdown(report.rows, report.profiles, report.solo_rows, checks, header), flush=True)
+
+
+def trained_backbones(names: list[str]) -> list[str]:
+    """``names`` without the popularity rankers, which train nothing (said once each)."""
+    models = []
+    for backbone in names:
+        if getattr(backbone_entry(backbone).factory, "ranks_by_popularity", False):
+            print(f"{backbone}: ranks by popularity and trains nothing; skipped", flush=True)
+        else:
+            models.append(backbone)
+    return models
 
 
 if __name__ == "__main__":

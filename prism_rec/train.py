@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from .checkpoint import StopRequest, capture_rng, load, restore_rng, save_atomically
+from .compile import COMPILE_MODES, optimizer_options, resolve_compile, training_encoder
 from .data.batching import evaluation_batch, training_windows
 from .data.core import ProcessedDataset
 from .distributed import World
@@ -62,10 +63,13 @@ class TrainConfig:
     progress: bool = True
     backbone_options: dict = field(default_factory=dict)
     precision: str = "bf16"
+    compile: str = "off"  # the training step through torch.compile (prism_rec/compile.py): off, auto, inductor, cudagraphs
 
     def validate(self) -> None:
         if self.loss not in LOSSES:
             raise ValueError(f"option --loss: {self.loss!r} is not one of {LOSSES}")
+        if self.compile not in COMPILE_MODES:
+            raise ValueError(f"option --compile: {self.compile!r} is not one of {COMPILE_MODES}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"option --precision: {self.precision!r} is not one of {PRECISIONS}")
         for name in ("d_model", "n_layers", "max_len", "batch_size", "epochs", "eval_batch_size", "n_negatives"):
@@ -91,6 +95,7 @@ class TrainConfig:
         their hashes."""
         params = self.params()
         params.pop("device")
+        params.pop("compile")  # how the step runs, like the device: runs keep their hashes and may resume across it
         if params["precision"] == "bf16":
             params.pop("precision")
         return params
@@ -142,10 +147,11 @@ class NextItemObjective(nn.Module):
     def __init__(self, model: SequentialRecommender, config: TrainConfig, generator: torch.Generator):
         super().__init__()
         self.model, self.config, self.generator = model, config, generator
+        self.encode = model.encode  # replaced by a compiled encoder when the step is compiled (prism_rec/compile.py)
 
     def forward(self, window: torch.Tensor) -> tuple[torch.Tensor, int]:
         inputs, targets = window[:, :-1], window[:, 1:]
-        hidden = self.model.encode(inputs)  # [B, T, d]
+        hidden = self.encode(inputs)  # [B, T, d]
         trained = (inputs > 0) & (targets > 0)  # [B, T]
         hidden, targets = hidden[trained], targets[trained]  # [N, d], [N]
         table = self.model.item_table()  # [I, d]
@@ -253,7 +259,9 @@ def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch
     model = build_model(dataset, backbone, config).to(device)
     if not any(True for _ in model.parameters()):
         return _evaluate_untrained(model, dataset, backbone, config, device, world)
-    optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.lr)
+    compile_mode = resolve_compile(config.compile, device, world.distributed)
+    optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.lr,
+                                  **optimizer_options(compile_mode, device))
     windows = torch.from_numpy(training_windows(dataset, config.max_len))  # [U', T + 1]
     if not len(windows):
         raise ValueError(f"{dataset.name}: no user has two training interactions")
@@ -264,6 +272,7 @@ def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch
     if resume:
         progress = _restore(checkpoint_path, config, world, model, optimizer, generators)
     objective = NextItemObjective(model, config, generators["sampler"])
+    objective.encode = training_encoder(model, config.batch_size, compile_mode)
     trainer = (DistributedDataParallel(objective, device_ids=[device] if device.type == "cuda" else None)
                if world.distributed else objective)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16,

@@ -33,12 +33,12 @@ def test_step_bench_on_cpu(step_bench, tmp_path, capsys):
     assert all(float(r["step_ms"]) > 0 for r in steps)
     report = (tmp_path / "step.md").read_text()
     assert "command `python benchmarks/step_bench.py --device cpu" in report and "torch " in report
-    assert "| sasrec |" in report and "- sasrec (T 8, chunked):" in report
+    assert "| sasrec |" in report and "| sasrec | T 8, chunked | off |" in report
     with (tmp_path / "solo_throughput.csv").open() as handle:
         reader = csv.DictReader(handle)
         solo = list(reader)
     assert reader.fieldnames == ["dataset", "model", "tokens_per_s", "step_ms", "batch_size", "max_len", "n_items",
-                                 "dtype", "machine", "command"]
+                                 "dtype", "machine", "command", "compile"]
     assert [(r["dataset"], r["model"], r["max_len"], r["batch_size"]) for r in solo] == [("ml-100k", "sasrec", "50", "8")]
     assert float(solo[0]["tokens_per_s"]) > 0 and solo[0]["dtype"] == "fp32"
 
@@ -52,3 +52,31 @@ def test_fused_path_is_skipped_without_cuda(step_bench, tmp_path, capsys, monkey
     steps = list(csv.DictReader((tmp_path / "step.csv").open()))
     assert [(r["loss_path"], r["status"]) for r in steps] == [("chunked", "ok")]
     assert not (tmp_path / "solo_throughput.csv").exists()
+
+
+def test_compiled_and_eager_columns_speedups_and_time_budget(step_bench, tmp_path):
+    """Eager and compiled cells side by side (cudagraphs is inductor on CPU), their speed-up line, and a
+    spent time budget recording the cells left as skipped."""
+    step_bench.main(["--device", "cpu", "--steps", "2", "--warmup", "1", "--items", "50", "--models", "gated_deltanet",
+                     "--lengths", "6", "--batch-size", "2", "--d-model", "8", "--books-models", "", "--profile-steps",
+                     "0", "--loss-path", "chunked", "--compile", "off,cudagraphs", "--out-dir", str(tmp_path)])
+    steps = list(csv.DictReader((tmp_path / "step.csv").open()))
+    assert [(r["compile"], r["status"]) for r in steps] == [("off", "ok"), ("inductor", "ok")]
+    report = (tmp_path / "step.md").read_text()
+    assert "compile off | T 6, 50 items, chunked, compile inductor |" in report
+    assert "Speed-up of the compiled step over eager: gated_deltanet T 6 chunked inductor " in report
+    step_bench.main(["--device", "cpu", "--items", "50", "--models", "sasrec", "--lengths", "6", "--batch-size", "2",
+                     "--d-model", "8", "--books-models", "", "--loss-path", "chunked", "--time-budget", "0",
+                     "--datasets", "ml-100k", "--out-dir", str(tmp_path)])
+    steps = list(csv.DictReader((tmp_path / "step.csv").open()))
+    assert [r["status"] for r in steps] == ["skipped: time budget"]
+    assert list(csv.DictReader((tmp_path / "solo_throughput.csv").open())) == []
+
+
+def test_grid_speedup_from_solo_rows(step_bench):
+    rows = [{"dataset": d, "model": m, "compile": c, "step_ms": ms} for d, m, c, ms in [
+        ("a", "x", "off", "10"), ("a", "x", "cudagraphs", "4"), ("a", "y", "off", "30"), ("a", "y", "cudagraphs", "16"),
+        ("b", "x", "off", "8"), ("b", "x", "cudagraphs", "2"), ("b", "y", "off", "5")]]
+    [line] = step_bench.grid_speedup_lines(rows)
+    assert "compile cudagraphs over eager" in line and "2.18x over all" in line
+    assert "a 2.00x (2 backbones); b 4.00x (1 backbones)" in line
