@@ -141,6 +141,21 @@ class ProcessedDataset:
             raise DataError(f"{path}: unreadable processed cache ({error}); delete it to rebuild") from error
 
 
+def check_options(split: str, dedup: str, min_user_interactions: int, min_item_interactions: int) -> None:
+    """Raise ``DataError`` naming the first processing option that ``prepare`` cannot take."""
+    if split not in SPLITS:
+        raise DataError(f"option --split: {split!r} is not one of {SPLITS}")
+    if dedup not in DEDUP_MODES:
+        raise DataError(f"option --dedup: {dedup!r} is not one of {DEDUP_MODES}")
+    if min_item_interactions < 1:
+        raise DataError(f"option --min-item-interactions: must be >= 1, got {min_item_interactions}")
+    if split == "loo" and min_user_interactions < 3:
+        raise DataError("option --min-user-interactions: leave-one-out needs at least 3 interactions per user")
+    if min_user_interactions < 2:
+        raise DataError(f"option --min-user-interactions: must be >= 2 (a user needs a case and a history), "
+                        f"got {min_user_interactions}")
+
+
 def filter_interactions(frame: pd.DataFrame, min_user: int, min_item: int) -> pd.DataFrame:
     """Drop rare items and light users repeatedly until both thresholds hold (a fixed point)."""
     while True:
@@ -163,12 +178,7 @@ def prepare(
     source: str = "",
 ) -> ProcessedDataset:
     """Apply the protocol of the module docstring to an interactions frame in file order."""
-    if split not in SPLITS:
-        raise DataError(f"option --split: {split!r} is not one of {SPLITS}")
-    if dedup not in DEDUP_MODES:
-        raise DataError(f"option --dedup: {dedup!r} is not one of {DEDUP_MODES}")
-    if split == "loo" and min_user_interactions < 3:
-        raise DataError("option --min-user-interactions: leave-one-out needs at least 3 interactions per user")
+    check_options(split, dedup, min_user_interactions, min_item_interactions)
     missing = {"user", "item", "timestamp"} - set(frame.columns)
     if missing:
         raise DataError(f"{source or name}: interactions lack column(s) {sorted(missing)}")

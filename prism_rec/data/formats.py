@@ -46,7 +46,9 @@ def detect_format(path: Path) -> RecordFormat:
         raise DataError(f"{path}:1: empty file; {expected}")
     if first.startswith(b"{"):
         try:
-            keys = set(json.loads(first))
+            keys = set(json.loads(first.decode("utf-8")))
+        except UnicodeDecodeError as error:
+            raise DataError(f"{path}:1: not UTF-8 ({error.reason} at byte {error.start}); {expected}") from error
         except ValueError as error:
             raise DataError(f"{path}:1: malformed JSON ({error}); {expected}") from error
         for required, name in _JSON_KEYS:

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..registry import register_dataset
 from .core import DataError, MissingDataError
-from .parsing import ReadContext, decode, iter_lines, merge_windows, path_opener
+from .parsing import ReadContext, decode, finite_number, iter_lines, merge_windows, path_opener
 from .sources import DatasetSource
 
 
@@ -37,13 +37,14 @@ def read_sequence_text(files: list[Path], context: ReadContext) -> pd.DataFrame:
     return pd.DataFrame({"user": users, "item": items, "timestamp": np.asarray(times, dtype=np.float64)})
 
 
-def _header(path: Path, context: ReadContext) -> tuple[list[str], int]:
+def _header(path: Path, context: ReadContext) -> tuple[list[str], int, bytes]:
+    """The field names of a .inter file's typed header, its line number and the line itself."""
     for line_no, raw in iter_lines(path_opener(path), str(path), context):
         fields = raw.decode("utf-8", "replace").split("\t")
         if not all(":" in field for field in fields) or not any(f.startswith("user_id:") for f in fields):
             raise DataError(f"{path}:{line_no}: header {fields!r} is not typed; expected RecBole atomic fields "
                             f"like user_id:token<TAB>item_id:token<TAB>timestamp:float")
-        return [field.split(":")[0] for field in fields], line_no
+        return [field.split(":")[0] for field in fields], line_no, raw
     raise DataError(f"{path}:1: empty file; expected a RecBole .inter header")
 
 
@@ -63,7 +64,7 @@ def read_recbole_inter(files: list[Path], context: ReadContext) -> pd.DataFrame:
     windows: dict[str, list[list[tuple]]] = {}
     for path in files:
         where = str(path)
-        names, header_line = _header(path, context)
+        names, header_line, header = _header(path, context)
         column = {name: index for index, name in enumerate(names)}
         sequential = "item_id_list" in column
         target = next((name for name in ("item_id", "items_in_target_basket") if name in column), None)
@@ -74,6 +75,9 @@ def read_recbole_inter(files: list[Path], context: ReadContext) -> pd.DataFrame:
         users, items, ratings, stamps = [], [], [], []
         for line_no, raw in iter_lines(path_opener(path), where, context):
             if line_no <= header_line:
+                continue
+            if raw == header:
+                context.bad(where, line_no, f"repeated header (first on line {header_line}); expected one header line")
                 continue
             text = decode(raw, where, line_no, context)
             if text is None:
@@ -90,19 +94,20 @@ def read_recbole_inter(files: list[Path], context: ReadContext) -> pd.DataFrame:
                     context.bad(where, line_no, f"{times} has {len(clock)} entries; expected one per item of "
                                                 f"item_id_list and {target} ({len(sequence)})")
                     continue
-                try:
-                    events = [(item, None if stamp is None else float(stamp)) for item, stamp in zip(sequence, clock)]
-                except ValueError:
-                    context.bad(where, line_no, f"{times} {clock!r} holds a non-number; expected numbers")
+                events = [(item, None if stamp is None else finite_number(stamp)) for item, stamp in zip(sequence, clock)]
+                if times and any(stamp is None for _, stamp in events):
+                    context.bad(where, line_no, f"{times} {clock!r} holds a non-number; expected finite numbers")
                     continue
                 windows.setdefault(user, []).append(events)
                 continue
-            try:
-                stamps.append(float(parts[column["timestamp"]]) if "timestamp" in column else np.nan)
-                ratings.append(float(parts[column["rating"]]) if "rating" in column else np.nan)
-            except ValueError:
-                context.bad(where, line_no, "rating or timestamp is not a number; expected float fields")
+            stamp = finite_number(parts[column["timestamp"]]) if "timestamp" in column else np.nan
+            rating = finite_number(parts[column["rating"]]) if "rating" in column else np.nan
+            if stamp is None or rating is None:
+                context.bad(where, line_no, f"rating or timestamp is not a finite number; expected float fields "
+                                            f"({', '.join(names)})")
                 continue
+            stamps.append(stamp)
+            ratings.append(rating)
             users.append(user)
             items.append(parts[column[target]])
         if users:

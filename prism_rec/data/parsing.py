@@ -7,7 +7,8 @@ stream always stops the read: what followed the cut is unknown, so no count of s
 honest.
 
 Timestamps come out as float seconds since the epoch (UTC); sources without times use the position of
-the interaction in the user's history.
+the interaction in the user's history. A time or rating that is not a finite number (``1e400`` reads as
+infinity) is a bad line, as are bytes that are not UTF-8.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import math
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -117,6 +119,16 @@ def decode(raw: bytes, where: str, line_no: int, context: ReadContext) -> str | 
         return None
 
 
+def finite_number(value: str | int | float) -> float | None:
+    """``value`` as a float when it is a finite number, else None (``float`` reads "1e400" as infinity;
+    JSON's 1 followed by 400 zeros is an int that no float holds)."""
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
 @dataclass(frozen=True)
 class RecordFormat:
     """Where user, item, rating and time sit in one record, and the unit of the time.
@@ -179,11 +191,14 @@ def _read_json_fast(opener: Opener, fmt: RecordFormat, context: ReadContext, whe
     except (pa.ArrowException, EOFError, OSError, zlib.error):
         context.lines = lines_before
         return None
-    table = pa.Table.from_batches(batches, schema=schema)
-    frame = table.to_pandas(deduplicate_objects=True)
+    try:  # ids that are not UTF-8 fail here
+        frame = pa.Table.from_batches(batches, schema=schema).to_pandas(deduplicate_objects=True)
+    except pa.ArrowException:
+        context.lines = lines_before
+        return None
     frame.columns = ["user", "item", "rating", "timestamp"]
     times = _convert_times(frame["timestamp"], fmt.time_unit)
-    if times is None or times.isna().any():
+    if times is None or not np.isfinite(times).all() or np.isinf(frame["rating"]).any():
         context.lines = lines_before
         return None
     frame["timestamp"] = times
@@ -204,8 +219,11 @@ def _read_json_lines(opener: Opener, where: str, fmt: RecordFormat, context: Rea
     fields = ", ".join(repr(name) for name in (fmt.user, fmt.item, fmt.rating, fmt.time))
     datetime = fmt.time_unit == "datetime"
     for line_no, raw in iter_lines(opener, where, context):
+        text = decode(raw, where, line_no, context)
+        if text is None:
+            continue
         try:
-            record = json.loads(raw)
+            record = json.loads(text)
         except ValueError as error:
             context.bad(where, line_no, f"malformed JSON ({error}); expected one {fmt.description} JSON object per line")
             continue
@@ -221,10 +239,14 @@ def _read_json_lines(opener: Opener, where: str, fmt: RecordFormat, context: Rea
             if not (isinstance(stamp, str) and DATETIME_PATTERN.match(stamp)):
                 context.bad(where, line_no, f"{fmt.time!r} is {stamp!r}; expected \"YYYY-MM-DD HH:MM:SS\"")
                 continue
-        elif isinstance(stamp, bool) or not isinstance(stamp, (int, float)):
-            context.bad(where, line_no, f"{fmt.time!r} is {stamp!r}; expected a number ({fmt.time_unit} since 1970)")
+        elif isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or finite_number(stamp) is None:
+            context.bad(where, line_no, f"{fmt.time!r} is {repr(stamp)[:40]}; expected a finite number "
+                                        f"({fmt.time_unit} since 1970)")
             continue
         rating = record.get(fmt.rating)
+        if isinstance(rating, (int, float)) and not isinstance(rating, bool) and finite_number(rating) is None:
+            context.bad(where, line_no, f"{fmt.rating!r} is {rating!r}; expected a finite number")
+            continue
         users.append(str(record[fmt.user]))
         items.append(str(record[fmt.item]))
         ratings.append(rating if isinstance(rating, (int, float)) and not isinstance(rating, bool) else np.nan)
@@ -253,12 +275,10 @@ def _read_csv_lines(opener: Opener, where: str, fmt: RecordFormat, context: Read
         if len(parts) != fmt.columns:
             context.bad(where, line_no, f"{len(parts)} column(s); expected {fmt.columns} ({layout}, no header)")
             continue
-        try:
-            stamp = float(parts[fmt.time])
-            rating = float(parts[fmt.rating])
-        except ValueError:
+        stamp, rating = finite_number(parts[fmt.time]), finite_number(parts[fmt.rating])
+        if stamp is None or rating is None:
             context.bad(where, line_no, f"rating {parts[fmt.rating]!r} or timestamp {parts[fmt.time]!r} is not "
-                                        f"a number; expected {layout}")
+                                        f"a finite number; expected {layout}")
             continue
         users.append(parts[fmt.user])
         items.append(parts[fmt.item])

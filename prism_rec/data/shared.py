@@ -17,7 +17,7 @@ import pandas as pd
 from ..registry import register_dataset
 from .core import DataError, MissingDataError
 from .generic import read_recbole_inter, read_sequence_text
-from .parsing import ReadContext, decode, iter_lines, path_opener
+from .parsing import ReadContext, decode, finite_number, iter_lines, path_opener
 from .sources import PROJECT_ROOT, DatasetSource
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
@@ -158,7 +158,8 @@ class MoviesFedCSR(SharedSubset):
                 parsed = []
                 for event in filter(None, events):
                     fields = event.split("|")
-                    if len(fields) != 4 or not fields[0].isdigit() or not fields[1].isdigit():
+                    if (len(fields) != 4 or not fields[0].isascii() or not fields[0].isdigit()
+                            or not fields[1].isascii() or not fields[1].isdigit() or finite_number(fields[1]) is None):
                         parsed = None
                         break
                     parsed.append((int(fields[0]), float(fields[1])))
@@ -178,8 +179,11 @@ def read_movie_asins(path: Path, context: ReadContext) -> dict[int, str]:
     asins = {}
     where = str(path)
     for line_no, raw in iter_lines(path_opener(path), where, context):
-        fields = raw.decode("utf-8", "replace").split("\t")
-        if len(fields) != 3 or not fields[2].isdigit():
+        text = decode(raw, where, line_no, context)
+        if text is None:
+            continue
+        fields = text.split("\t")
+        if len(fields) != 3 or not fields[2].isascii() or not fields[2].isdigit():
             context.bad(where, line_no, f"{len(fields)} field(s) {fields!r}; expected n<TAB>ASIN<TAB>index")
             continue
         asins[int(fields[2])] = fields[1]
@@ -241,11 +245,9 @@ class MoviesLong(SharedSubset):
                              "train_group user", dropped, context, known=(train.rows, train_path.name))
             for line_no, (user, item, rate, stamp) in _header_rows(path, "userId,itemId,rate,timestamp", ",", context):
                 problem = _id_problem("userId", user) or _id_problem("itemId", item)
-                try:
-                    rating = float(rate)
-                    float(stamp)
-                except ValueError:
-                    problem = problem or f"rate {rate!r} or timestamp {stamp!r} is not a number"
+                rating = finite_number(rate)
+                if rating is None or finite_number(stamp) is None:
+                    problem = problem or f"rate {rate!r} or timestamp {stamp!r} is not a finite number"
                 rows.add(line_no, user, None if problem else (item, rating), problem)
             held_out.append(rows.rows)
         users, items, ratings, times = [], [], [], []

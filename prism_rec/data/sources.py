@@ -96,10 +96,10 @@ class MovieLens100K(DatasetSource):
             raise MissingDataError(f"ml-100k: expected {path} (it ships inside the recbole 1.2.1 wheel)")
         return [path]
 
-    def read(self, files: list[Path], skip_bad_lines: bool = False) -> pd.DataFrame:
-        frame = pd.read_csv(files[0], sep="\t", dtype=str)
-        frame.columns = [column.split(":")[0] for column in frame.columns]
-        return frame.rename(columns={"user_id": "user", "item_id": "item"})
+    def read_interactions(self, files: list[Path], context: ReadContext) -> pd.DataFrame:
+        from .generic import read_recbole_inter
+
+        return read_recbole_inter(files, context)
 
 
 def load_dataset(
@@ -117,9 +117,12 @@ def load_dataset(
 ) -> ProcessedDataset:
     """Load dataset ``name`` processed with the given options, from the cache when it is there.
 
-    The cache file is keyed by a hash of the raw files' bytes and the options, written to a temporary
-    name and renamed when complete. ``raw_format`` overrides the detected raw format. ``progress`` shows a lines/s bar while raw files are read. The number
-    of skipped bad lines is logged and kept in ``options["skipped_lines"]``.
+    The cache file is keyed by a hash of the raw files' bytes and every option that can change the
+    result (``skip_bad_lines`` and ``raw_format`` when given), and written, to a temporary name renamed
+    when complete, only once every file has been read and checked. ``raw_format`` overrides the detected
+    raw format. ``progress`` shows a lines/s bar while raw files are read. The number of skipped bad
+    lines is logged and kept in ``options["skipped_lines"]``. A dataset with fewer than two test users
+    or no validation case is refused (see :func:`check_cases`), cached or not.
     """
     source: DatasetSource = get_dataset(name)(progress=progress, raw_format=raw_format)
     raw_dir = Path(raw_dir) if raw_dir else source.default_raw_dir()
@@ -130,10 +133,11 @@ def load_dataset(
         "split": split,
         "dedup": dedup,
     }
-    key = {**options, "format": raw_format} if raw_format else options
+    key = {**options, **({"format": raw_format} if raw_format else {}),
+           **({"skip_bad_lines": True} if skip_bad_lines else {})}  # absent at their defaults: older caches stay valid
     cache = Path(processed_dir or DEFAULT_PROCESSED_ROOT) / name / f"{fingerprint(files, key)}.npz"
     if use_cache and cache.is_file():
-        return ProcessedDataset.load(cache)
+        return check_cases(ProcessedDataset.load(cache), files[0])
     frame = source.read(files, skip_bad_lines=skip_bad_lines)
     if frame.empty:
         raise DataError(f"{files[0]}: no interactions could be read")
@@ -146,8 +150,22 @@ def load_dataset(
     if categories is not None:
         dataset.item_categories = np.array([categories.get(item, "") for item in dataset.item_ids.tolist()], dtype=str)
         dataset.item_categories[0] = ""
+    check_cases(dataset, files[0])
     if use_cache:
         dataset.save(cache)
+    return dataset
+
+
+def check_cases(dataset: ProcessedDataset, source: Path) -> ProcessedDataset:
+    """``dataset`` if its split leaves a validation case and at least two test users, else ``DataError``:
+    a test AUC of one user is one case's rank, not an estimate."""
+    test_users = len(np.unique(dataset.test_cases[:, 0]))
+    problem = ("no validation case" if not len(dataset.valid_cases) else
+               f"{test_users} test user(s)" if test_users < 2 else "")
+    if problem:
+        raise DataError(f"{source}: {problem} after filtering and the {dataset.options['split']} split "
+                        f"({dataset.n_users} user(s)); expected a validation case and at least 2 test users: "
+                        f"add users or lower --min-user-interactions/--min-item-interactions")
     return dataset
 
 

@@ -154,3 +154,83 @@ def test_extract_distributed_archive(tmp_path):
         (FIXTURES / "yelp" / "yelp_academic_dataset_review.json").read_bytes()
     assert sorted(path.name for path in target.iterdir()) == sorted(names | {"Yelp-JSON.zip"})
     assert [user.removesuffix("yelpXX") for user in load("yelp", target, tmp_path).user_ids] == [A1, A2]
+
+
+def rewrite(path, edit):
+    """Apply ``edit`` to the bytes of ``path`` (decompressed and compressed again for .gz)."""
+    packed = path.name.endswith(".gz")
+    data = gzip.decompress(path.read_bytes()) if packed else path.read_bytes()
+    data = edit(data)
+    assert data != (gzip.decompress(path.read_bytes()) if packed else path.read_bytes())
+    path.write_bytes(gzip.compress(data) if packed else data)
+
+
+NOT_UTF8 = lambda data: data.replace(b"A1EE2E3N7PW666", b"A1EE2E3N7PW66\xff", 1)  # noqa: E731
+
+
+@pytest.mark.parametrize("name, folder, file, edit, expected", [
+    ("books", "amazon2014", "reviews_Books_5.json.gz", NOT_UTF8, r"reviews_Books_5\.json\.gz:1: not UTF-8"),
+    ("books", "amazon2014", "reviews_Books_5.json.gz",
+     lambda d: d.replace(b'"unixReviewTime": 100', b'"unixReviewTime": 1e400', 1),
+     r"reviews_Books_5\.json\.gz:1: 'unixReviewTime' is inf; expected a finite number"),
+    ("books", "amazon2023", "Books.jsonl.gz", lambda d: d.replace(b'"timestamp": ', b'"timestamp": 1e400, "x": ', 1),
+     r"Books\.jsonl\.gz:1: 'timestamp' is inf; expected a finite number"),
+    ("books", "amazon2014csv", "ratings_Books.csv", NOT_UTF8, r"ratings_Books\.csv:1: not UTF-8"),
+    ("books", "amazon2014csv", "ratings_Books.csv", lambda d: d.replace(b",100\n", b",1e400\n", 1),
+     r"ratings_Books\.csv:1: rating '5\.0' or timestamp '1e400' is not a finite number"),
+    ("yelp", "yelp", "yelp_academic_dataset_review.json", lambda d: d.replace(b"A1EE2E3N7PW666", b"A1\xff", 1),
+     r"review\.json:1: not UTF-8"),
+    ("yelp", "yelp", "yelp_academic_dataset_review.json", lambda d: d.replace(b'"stars": 5.0', b'"stars": 1e400', 1),
+     r"review\.json:1: 'stars' is inf; expected a finite number"),
+    ("recbole-inter", "recbole", "books.inter", NOT_UTF8, r"books\.inter:2: not UTF-8"),
+    ("recbole-inter", "recbole", "books.inter", lambda d: d.replace(b"\t100\n", b"\t1e400\n", 1),
+     r"books\.inter:2: rating or timestamp is not a finite number"),
+    ("sequence-text", "sequence", "1.txt", lambda d: d.replace(b"u1", b"u\xff", 1), r"1\.txt:1: not UTF-8"),
+])
+def test_bad_bytes_and_infinite_numbers_name_the_line(name, folder, file, edit, expected, tmp_path):
+    raw = raw_copy(tmp_path, folder)
+    rewrite(raw / file, edit)
+    with pytest.raises(DataError, match=expected):
+        load(name, raw, tmp_path)
+    assert not (tmp_path / "processed").exists()  # nothing cached: a later --split time must not train on it
+
+
+def test_ml100k_file_is_checked_line_by_line(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    shutil.copy(FIXTURES / "recbole" / "books.inter", raw / "ml-100k.inter")
+    rewrite(raw / "ml-100k.inter", lambda d: d.replace(b"\t100\n", b"\t1e400\n", 1))
+    with pytest.raises(DataError, match=r"ml-100k\.inter:2: rating or timestamp is not a finite number"):
+        load("ml-100k", raw, tmp_path)
+    assert not (tmp_path / "processed").exists()
+
+
+def test_repeated_header_in_a_two_column_inter_file(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    rows = [f"{user}\t{item}" for user in ("u1", "u2") for item in ("a", "b", "c", "d")]
+    header = "user_id:token\titem_id:token"
+    (raw / "x.inter").write_text("\n".join([header, *rows[:5], header, *rows[5:]]) + "\n")
+    with pytest.raises(DataError, match=r"x\.inter:7: repeated header \(first on line 1\); expected one header line"):
+        load("recbole-inter", raw, tmp_path)
+    dataset = load("recbole-inter", raw, tmp_path, skip_bad_lines=True)
+    assert dataset.options["skipped_lines"] == 1 and "user_id:token" not in dataset.user_ids.tolist()
+
+
+def test_skip_bad_lines_is_part_of_the_cache_key(tmp_path):
+    raw = raw_copy(tmp_path, "sequence")
+    rewrite(raw / "1.txt", lambda d: d.replace(b"u1", b"u\xff", 1) + b"u9 a b c\n")
+    skipped = load("sequence-text", raw, tmp_path, skip_bad_lines=True)
+    assert skipped.options["skipped_lines"] == 1
+    with pytest.raises(DataError, match=r"1\.txt:1: not UTF-8"):  # the skipping run's cache is not reused
+        load("sequence-text", raw, tmp_path)
+
+
+def test_fewer_than_two_test_users_is_refused(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "one.txt").write_text("u1 a b c d e\n")
+    with pytest.raises(DataError, match=r"one\.txt: 1 test user\(s\) after filtering and the loo split \(1 user\(s\)\); "
+                                        r"expected a validation case and at least 2 test users"):
+        load("sequence-text", raw, tmp_path)
+    assert not (tmp_path / "processed").exists()

@@ -72,7 +72,7 @@ CASES = [
     (VALID, 2, b"8,9,4.0,1500000000\n7,9,4.0,1500000000", f"{VALID}:2: userId 8 is not in {TRAIN}", 1,
      {"10", "2", "7"}),
     (VALID, 4, b"2,12,2.0,1536278400\n7,9,4.0,1500000000", f"{VALID}:5: userId 7 repeats line 2", 1, {"10", "2"}),
-    (TEST, 2, b"2,12,five,1536278400", f"{TEST}:2: rate 'five' or timestamp '1536278400' is not a number", 1,
+    (TEST, 2, b"2,12,five,1536278400", f"{TEST}:2: rate 'five' or timestamp '1536278400' is not a finite number", 1,
      {"10", "7"}),
     (TEST, 3, None, f"{TRAIN}:2: uid 10 has no row in {TEST}", 1, {"2", "7"}),
 ]

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
+from prism_rec.data.core import DataError, prepare
 from prism_rec.data.sources import load_dataset
-from prism_rec.registry import list_datasets
+from prism_rec.registry import get_dataset, list_datasets
 
 from .helpers import A1, A2, FIXTURES, I1, I2, I3, I4, SEQUENCES, TIMES, sequences
 
@@ -59,11 +60,18 @@ def test_amazon_2023_meta_json(tmp_path):
 
 
 def test_time_split(tmp_path):
-    dataset = load("books", "amazon2014", tmp_path, split="time")
+    source = get_dataset("books")()
+    frame = source.read(source.source_files(FIXTURES / "amazon2014"))
+    dataset = prepare(frame, "books", min_user_interactions=3, min_item_interactions=1, split="time")
     # q70 / q85 of the 9 kept times [100 200 200 300 400 50 60 70 80] are 200 and 280.
     assert dataset.train_length.tolist() == [3, 4]
     assert dataset.valid_cases.tolist() == []
     assert dataset.test_cases.tolist() == [[0, 3], [0, 4]]
+    # no validation case and one test user: a bench would report the rank of one user as a test AUC
+    with pytest.raises(DataError, match=r"reviews_Books_5\.json\.gz: no validation case after filtering and the "
+                                        r"time split \(2 user\(s\)\); expected a validation case and at least 2 test users"):
+        load("books", "amazon2014", tmp_path, split="time", use_cache=True)
+    assert list(tmp_path.iterdir()) == []  # nothing cached
 
 
 @pytest.mark.parametrize("folder", ["yelp", "yelp_archive"])
