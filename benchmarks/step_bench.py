@@ -360,7 +360,14 @@ def speedup_lines(rows: list[dict]) -> list[str]:
         eager = timed.get((model, length, items, path, "off"))
         if mode != "off" and eager is not None:
             ratios.append(f"{model} T {length} {path} {mode} {eager / ms:.2f}x")
-    return ["Speed-up of the compiled step over eager: " + "; ".join(ratios) + "."] if ratios else []
+    lines = ["Speed-up of the compiled step over eager: " + "; ".join(ratios) + "."] if ratios else []
+    for (length, items, path, mode) in dict.fromkeys((t, i, p, c) for (_, t, i, p, c) in timed if c != "off"):
+        pairs = [(timed[(m, t, i, p, "off")], ms) for (m, t, i, p, c), ms in timed.items()
+                 if (t, i, p, c) == (length, items, path, mode) and (m, t, i, p, "off") in timed]
+        lines.append(f"All {len(pairs)} backbones measured both ways at T {length} ({path}), one step of each: eager "
+                     f"{sum(e for e, _ in pairs):.1f} ms, {mode} {sum(c for _, c in pairs):.1f} ms, "
+                     f"{sum(e for e, _ in pairs) / sum(c for _, c in pairs):.2f}x.")
+    return lines
 
 
 def grid_speedup_lines(solo_rows: list[dict]) -> list[str]:
@@ -473,22 +480,27 @@ def main(argv: list[str] | None = None) -> None:
     checks = (check_fused(device) if device.type == "cuda" and "fused" in loss_paths and not args.no_steps else [])
     report = Report(args.out_dir, header, checks, solo_modes[-1] if args.datasets and solo_modes else None)
     if not args.no_steps:
-        cells = [("step", backbone, args.items, length) for length in lengths for backbone in models]
-        cells += [("books", backbone, args.books_items, args.books_length)
-                  for backbone in parse_list(args.books_models, models)]
-        for section, backbone, items, length in cells:
-            for path in loss_paths:
-                for mode in compile_modes:
-                    report.rows.append(step_cell(section, backbone, items, length, path, mode, args, device, budget))
-                    report.write()
+        def measure(cells: list[tuple[str, str, int, int]]) -> None:
+            for section, backbone, items, length in cells:
+                for path in loss_paths:
+                    for mode in compile_modes:
+                        report.rows.append(step_cell(section, backbone, items, length, path, mode, args, device,
+                                                     budget))
+                        report.write()
+
+        # in the order a run cut short should keep: the first length, its profiles (TorchInductor's cache
+        # holds their compiled graphs by then), Books scale, the other lengths
+        measure([("step", backbone, args.items, length) for length in lengths[:1] for backbone in models])
         for backbone in models if args.profile_steps and lengths and loss_paths else []:
             for mode in compile_modes:
-                if budget.spent():
-                    break
-                shape = {"model": backbone, "seq_len": lengths[0], "loss_path": loss_paths[0], "compile": mode}
-                report.profiles.append({**shape, **profile_backbone(backbone, args.items, lengths[0], loss_paths[0],
-                                                                    mode, args, device)})
-                report.write()
+                if not budget.spent():
+                    shape = {"model": backbone, "seq_len": lengths[0], "loss_path": loss_paths[0], "compile": mode}
+                    report.profiles.append({**shape, **profile_backbone(backbone, args.items, lengths[0],
+                                                                        loss_paths[0], mode, args, device)})
+                    report.write()
+        measure([("books", backbone, args.books_items, args.books_length)
+                 for backbone in parse_list(args.books_models, models)])
+        measure([("step", backbone, args.items, length) for length in lengths[1:] for backbone in models])
     if args.datasets:
         solo_models = trained_backbones(parse_list(args.solo_models, models)) if args.solo_models else models
         for name in parse_list(args.datasets, HEADLINE_DATASETS):

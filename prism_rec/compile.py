@@ -10,6 +10,8 @@ Python, not by the GPU, so the gain is in fewer, fused launches. Modes (``TrainC
   custom op of ``prism_rec.kernels.compiled_scan``);
 - ``"cudagraphs"``: the same, replayed as CUDA graphs (``mode="reduce-overhead"``); on CPU it is
   ``"inductor"``;
+- ``"graphs"``: the eager kernels, unfused, replayed as CUDA graphs (torch.compile's "cudagraphs" backend:
+  seconds to compile where TorchInductor takes tens); on CPU it is ``"off"``;
 - ``"auto"``: ``"cudagraphs"`` on CUDA in a single process, ``"off"`` elsewhere.
 
 The loss (the fused full-softmax kernels over the real positions, whose number changes per batch) and the
@@ -24,17 +26,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-COMPILE_MODES = ("off", "auto", "inductor", "cudagraphs")
+COMPILE_MODES = ("off", "auto", "inductor", "cudagraphs", "graphs")
 
 
 def resolve_compile(mode: str, device: torch.device, distributed: bool = False) -> str:
-    """``mode`` made concrete for ``device``: "off", "inductor" or "cudagraphs"."""
+    """``mode`` made concrete for ``device``: "off", "inductor", "cudagraphs" or "graphs"."""
     if mode not in COMPILE_MODES:
         raise ValueError(f"option --compile: {mode!r} is not one of {COMPILE_MODES}")
     if mode == "auto":
         return "cudagraphs" if device.type == "cuda" and not distributed else "off"
-    if mode == "cudagraphs" and device.type != "cuda":
-        return "inductor"
+    if device.type != "cuda":
+        return {"cudagraphs": "inductor", "graphs": "off"}.get(mode, mode)
     return mode
 
 
@@ -46,20 +48,21 @@ def optimizer_options(mode: str, device: torch.device) -> dict:
 class CompiledEncoder:
     """``model.encode`` compiled for items [batch_size, T]; called like it, on batches of at most batch_size.
 
-    ``backend`` overrides TorchInductor (tests use "aot_eager": the same graphs, run eagerly). Compiling
+    ``backend`` overrides the mode's backend (tests use "aot_eager": the same graphs, run eagerly). Compiling
     resets torch.compile's caches, so that a process that trains many models one after another never
     reaches the recompile limit (the code of ``encode`` is shared by all of them).
     """
 
-    def __init__(self, model: torch.nn.Module, batch_size: int, mode: str, backend: str = "inductor",
-                 fullgraph: bool = True):
-        if mode not in ("inductor", "cudagraphs"):
-            raise ValueError(f"CompiledEncoder compiles with 'inductor' or 'cudagraphs', not {mode!r}")
+    def __init__(self, model: torch.nn.Module, batch_size: int, mode: str, backend: str | None = None):
+        if mode not in ("inductor", "cudagraphs", "graphs"):
+            raise ValueError(f"CompiledEncoder compiles with 'inductor', 'cudagraphs' or 'graphs', not {mode!r}")
         torch._dynamo.reset()
         self.batch_size = batch_size
-        self.graphs = mode == "cudagraphs"
-        self.encode = torch.compile(model.encode, backend=backend, fullgraph=fullgraph, dynamic=False,
-                                    mode="reduce-overhead" if self.graphs and backend == "inductor" else None)
+        self.graphs = mode != "inductor"
+        options = {"backend": "cudagraphs"} if mode == "graphs" else {"mode": "reduce-overhead" if self.graphs else None}
+        if backend is not None:
+            options = {"backend": backend}
+        self.encode = torch.compile(model.encode, fullgraph=True, dynamic=False, **options)
 
     def __call__(self, items: torch.Tensor) -> torch.Tensor:
         """items [B, T] with B <= batch_size -> hidden [B, T, d]."""

@@ -19,6 +19,7 @@ def test_resolve_compile():
     assert resolve_compile("auto", cpu) == "off" and resolve_compile("auto", cuda) == "cudagraphs"
     assert resolve_compile("auto", cuda, distributed=True) == "off"
     assert resolve_compile("cudagraphs", cpu) == "inductor" and resolve_compile("inductor", cuda) == "inductor"
+    assert resolve_compile("graphs", cpu) == "off" and resolve_compile("graphs", cuda) == "graphs"
     with pytest.raises(ValueError, match="--compile"):
         resolve_compile("max", cpu)
     assert optimizer_options("cudagraphs", cuda) == {"fused": True}

@@ -65,6 +65,7 @@ def test_compiled_and_eager_columns_speedups_and_time_budget(step_bench, tmp_pat
     report = (tmp_path / "step.md").read_text()
     assert "compile off | T 6, 50 items, chunked, compile inductor |" in report
     assert "Speed-up of the compiled step over eager: gated_deltanet T 6 chunked inductor " in report
+    assert "All 1 backbones measured both ways at T 6 (chunked), one step of each: eager " in report
     step_bench.main(["--device", "cpu", "--items", "50", "--models", "sasrec", "--lengths", "6", "--batch-size", "2",
                      "--d-model", "8", "--books-models", "", "--loss-path", "chunked", "--time-budget", "0",
                      "--datasets", "ml-100k", "--out-dir", str(tmp_path)])
