@@ -47,7 +47,8 @@ from prism_rec.files import write_atomically
 from prism_rec.losses import full_softmax_loss_sum, resolve_path
 from prism_rec.registry import backbone_entry, get_dataset, list_backbones
 from prism_rec.tracking import machine_description
-from prism_rec.compile import optimizer_options, resolve_compile, training_encoder
+from prism_rec.compile import gaps_to_eager, optimizer_options, resolve_compile, training_encoder
+from prism_rec.model import SequentialRecommender
 from prism_rec.train import NextItemObjective, TrainConfig, build_model, resolve_device, set_seed
 
 HEADLINE_DATASETS = ("ml-100k", "yelp-iclrec", "electronics-gerec", "books-dealrec", "movies-long", "movies-fedcsr")
@@ -253,6 +254,32 @@ def check_fused(device: torch.device) -> list[str]:
 
 
 
+def check_compiled(backbones: list[str], modes: list[str], device: torch.device) -> list[str]:
+    """The compiled encoder of each backbone and compiled mode against eager on this device (fp32, TF32 off,
+    dropout 0, 6 left-padded windows of 50 items padded to 8 rows): report lines, a failure included."""
+    lines = []
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        for backbone, mode in ((b, m) for b in backbones for m in modes if m != "off"):
+            try:
+                set_seed(0)
+                model = SequentialRecommender(2000, backbone, d_model=64, max_len=50, dropout=0.0).to(device)
+                items = torch.randint(1, 2001, (6, 50), generator=torch.Generator().manual_seed(0))
+                items[torch.arange(50)[None, :] < 8 * torch.arange(6)[:, None]] = 0  # row r: 8 r padded positions
+                gaps = gaps_to_eager(model, mode, items.to(device))
+                text = (f"relative gap of the output {gaps['output']:.1e}, of the gradients {gaps['gradients']:.1e} "
+                        f"(worst: {gaps['worst']})")
+            except Exception as error:
+                text = failure(error)
+            lines.append(f"- {backbone}, compile {mode}: {text}")
+            print(lines[-1], flush=True)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+        reset_memory(device)
+    return lines
+
+
 def solo_cell(dataset, windows: torch.Tensor, backbone: str, compile_mode: str, args, device, command: str,
               budget: Budget) -> dict | None:
     """Training tokens/s of ``backbone`` on real windows of ``dataset`` alone on the device."""
@@ -315,7 +342,7 @@ def step_markdown(rows: list[dict], profiles: list[dict], solo_rows: list[dict],
                   header: list[str]) -> str:
     lines = [*header, ""]
     if checks:
-        lines += ["Fused loss checked against the chunked one on this device before timing:", *checks, ""]
+        lines += ["## Checked on this device before timing", "", *checks]
     for section, title in (("step", "Step table"), ("books", "Books scale")):
         own = [r for r in rows if r["section"] == section]
         if not own:
@@ -427,6 +454,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="fewer timed steps (at least 2) when a cell would take longer than this")
     parser.add_argument("--loss-path", default="fused,chunked", help="fused, chunked or both (comma-separated)")
     parser.add_argument("--compile", default="off", help="step modes, comma-separated: off, inductor, cudagraphs, auto")
+    parser.add_argument("--check-compiled", default="prism",
+                        help="backbones whose compiled encoder is checked against eager first ('' for none)")
     parser.add_argument("--books-models", default="sasrec", help="backbones at Books scale ('' for none)")
     parser.add_argument("--books-items", type=int, default=340000)
     parser.add_argument("--books-length", type=int, default=200)
@@ -477,7 +506,12 @@ def main(argv: list[str] | None = None) -> None:
               f"steps include the compilation, which the timed steps do not."]
     args.out_dir.mkdir(parents=True, exist_ok=True)
     lengths = [int(x) for x in args.lengths.split(",") if x]
-    checks = (check_fused(device) if device.type == "cuda" and "fused" in loss_paths and not args.no_steps else [])
+    checks = []
+    if device.type == "cuda" and "fused" in loss_paths and not args.no_steps:
+        checks += ["Fused loss against the chunked one (stops the run when they differ):", *check_fused(device), ""]
+    compiled_checks = check_compiled(trained_backbones(parse_list(args.check_compiled, [])), compile_modes, device)
+    if compiled_checks:
+        checks += ["Compiled encoder against eager (fp32, TF32 off, dropout 0):", *compiled_checks, ""]
     report = Report(args.out_dir, header, checks, solo_modes[-1] if args.datasets and solo_modes else None)
     if not args.no_steps:
         def measure(cells: list[tuple[str, str, int, int]]) -> None:

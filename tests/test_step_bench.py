@@ -59,11 +59,13 @@ def test_compiled_and_eager_columns_speedups_and_time_budget(step_bench, tmp_pat
     spent time budget recording the cells left as skipped."""
     step_bench.main(["--device", "cpu", "--steps", "2", "--warmup", "1", "--items", "50", "--models", "gated_deltanet",
                      "--lengths", "6", "--batch-size", "2", "--d-model", "8", "--books-models", "", "--profile-steps",
-                     "0", "--loss-path", "chunked", "--compile", "off,cudagraphs", "--out-dir", str(tmp_path)])
+                     "0", "--loss-path", "chunked", "--compile", "off,cudagraphs", "--check-compiled",
+                     "gated_deltanet", "--out-dir", str(tmp_path)])
     steps = list(csv.DictReader((tmp_path / "step.csv").open()))
     assert [(r["compile"], r["status"]) for r in steps] == [("off", "ok"), ("inductor", "ok")]
     report = (tmp_path / "step.md").read_text()
     assert "compile off | T 6, 50 items, chunked, compile inductor |" in report
+    assert "- gated_deltanet, compile inductor: relative gap of the output " in report
     assert "Speed-up of the compiled step over eager: gated_deltanet T 6 chunked inductor " in report
     assert "All 1 backbones measured both ways at T 6 (chunked), one step of each: eager " in report
     step_bench.main(["--device", "cpu", "--items", "50", "--models", "sasrec", "--lengths", "6", "--batch-size", "2",
