@@ -1,4 +1,5 @@
-"""Training checkpoints for resuming interrupted runs, and the deferred handling of Ctrl-C / SIGTERM.
+"""Training checkpoints for resuming interrupted runs, and the deferred handling of Ctrl-C, SIGTERM and
+SIGHUP.
 
 A checkpoint is one ``torch.save`` file of plain containers and tensors (loadable with
 ``weights_only=True``), written under a temporary name and moved into place with ``os.replace``, so an
@@ -7,12 +8,14 @@ interruption at any moment leaves either the previous complete file or the new c
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
 import random
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -83,14 +86,15 @@ def restore_rng(state: dict, generators: dict[str, torch.Generator]) -> None:
 
 
 class StopRequest:
-    """Turns the first Ctrl-C / SIGTERM into a request that training honours at its next batch boundary
-    (saving a checkpoint first); a second signal interrupts at once.
+    """Turns the first Ctrl-C, SIGTERM or SIGHUP into a request that training honours at its next batch
+    boundary or after the running validation (saving a checkpoint first); a second signal interrupts at
+    once.
 
     The environment variable PRISM_REC_INTERRUPT_AFTER_BATCHES=N requests a stop after N training
     batches of this process, which makes interruptions reproducible in tests and demonstrations.
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self):
         self.requested = False
@@ -112,11 +116,30 @@ class StopRequest:
             signal.signal(number, handler)
 
     def _on_signal(self, number, frame) -> None:
+        if number == signal.SIGHUP:
+            silence_closed_terminal()
         if self.requested:
             raise KeyboardInterrupt(f"signal {number}")
         self.requested = True
+        with contextlib.suppress(OSError):
+            print(f"\n{signal.Signals(number).name}: stopping at the next batch or after this validation, with a "
+                  "checkpoint; again to stop at once", file=sys.stderr, flush=True)
 
     def count_batch(self) -> None:
         self.batches += 1
         if self.batch_limit is not None and self.batches >= self.batch_limit:
             self.requested = True
+
+
+def silence_closed_terminal() -> None:
+    """Point standard output and error at /dev/null where they are a terminal: after SIGHUP (a closed SSH
+    session) writing to it fails, which would turn an orderly stop into a crash."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream.isatty():
+                stream.flush()
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, stream.fileno())
+                os.close(devnull)
+        except (OSError, ValueError):
+            continue

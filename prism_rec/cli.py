@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from . import registry
+from .errors import BenchFailures, OptionError
 from .train import PRECISIONS, TrainConfig
 
 
@@ -27,8 +28,8 @@ def resolve_models(text: str) -> list[str]:
     names = registry.list_backbones() if text == "all" else [m.strip() for m in text.split(",") if m.strip()]
     unknown = [m for m in names if m not in registry.list_backbones()]
     if unknown or not names:
-        raise SystemExit(f"option --models: unknown backbone(s) {unknown or text!r}; "
-                         f"registered: {', '.join(registry.list_backbones())}")
+        raise OptionError(f"option --models: unknown backbone(s) {unknown or text!r}; "
+                          f"registered: {', '.join(registry.list_backbones())}")
     return names
 
 
@@ -51,7 +52,10 @@ def command_bench(args) -> None:
     from .runner import bench, parse_seeds
 
     models = resolve_models(args.models)
-    source = registry.get_dataset(args.dataset)
+    try:
+        source = registry.get_dataset(args.dataset)
+    except KeyError as error:
+        raise OptionError(f"option --dataset: {error.args[0]}") from None
     config = TrainConfig(
         d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, dropout=args.dropout,
         max_len=args.max_len or source.max_len, batch_size=args.batch_size, lr=args.lr,
@@ -59,7 +63,6 @@ def command_bench(args) -> None:
         n_negatives=args.n_negatives, eval_batch_size=args.eval_batch_size, device=args.device,
         progress=not args.no_progress, backbone_options=dict(args.option), precision=args.precision,
     )
-    config.validate()
     data_options = {"raw_dir": args.raw_dir, "split": args.split, "dedup": args.dedup,
                     "min_user_interactions": args.min_user_interactions,
                     "min_item_interactions": args.min_item_interactions}
@@ -162,11 +165,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run a command; a bad bench option ends it with one line and exit status 2, an interruption with
+    status 130, crashed trainings and other errors with status 1."""
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
     except KeyboardInterrupt:
-        raise SystemExit("interrupted")
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except OptionError as error:
+        print(f"prism-rec {args.command}: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except BenchFailures as error:
+        raise SystemExit(f"prism-rec {args.command}: {error}") from None
     except (ValueError, KeyError, FileNotFoundError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         raise SystemExit(f"prism-rec {args.command}: {message}")

@@ -3,52 +3,137 @@
 One MLflow experiment per dataset, one parent run per invocation, one child run ``<model>-s<seed>``
 per training with every config value as a param, per-epoch metrics, final test metrics, cost figures,
 the resolved config (config.json) and a learning-curve PNG; the parent keeps the AUC table (Markdown,
-CSV) and a bar chart of test AUC per model. An interrupted run (Ctrl-C, SIGTERM) saves a checkpoint
-and ends KILLED, a crashed one FAILED; the other models still run after a crash and the command then
-exits non-zero. ``resume=True`` reopens the newest KILLED benchmark with the same settings: finished
-children are kept, the interrupted one continues from its checkpoint in its own MLflow run.
+CSV) and a bar chart of test AUC per model.
+
+Every option is checked before anything is loaded or logged (:func:`check_bench_options`, which builds
+each backbone once): a bad one raises :class:`OptionError`. Training writes a checkpoint after every
+epoch; an interrupted run (Ctrl-C, SIGTERM, SIGHUP) saves one and ends KILLED, a crashed one FAILED; the
+other models still run after a crash and the command then fails (:class:`BenchFailures`). Runs left
+RUNNING by a process killed outright (SIGKILL, the OOM killer) are marked KILLED by the next bench of
+their dataset. ``resume=True`` continues every (model, seed) that has a checkpoint from it, in the
+child run that wrote it where that is the newest KILLED benchmark with the same settings (whose
+finished children are kept), else in a new one; without ``resume`` a checkpoint of these settings is
+refused, so that it is never overwritten by accident.
 Under torchrun every process trains, and only rank 0 talks to MLflow and writes files.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import re
 import shlex
 import signal
 import sys
 import time
 import traceback
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from . import distributed
-from .checkpoint import CHECKPOINT_DIR, checkpoint_file, config_hash
+from .checkpoint import CHECKPOINT_DIR, checkpoint_file, config_hash, silence_closed_terminal
+from .data.core import DataError, check_options as check_data_options
 from .data.sources import load_dataset
+from .errors import BenchFailures, OptionError
 from .plots import learning_curve
 from .records import CASE_RANKS_ARTIFACT, case_ranks_entry, dataset_stats_tag, final_metrics, run_hash
+from .registry import backbone_entry, build_backbone, get_dataset
 from .tables import RESULTS_DIR, write_tables
-from .tracking import experiment_id, provenance_tags
-from .train import TrainConfig, fit, resolve_device
+from .tracking import end_runs_of_dead_processes, experiment_id, process_tags, provenance_tags
+from .train import TrainConfig, fit, read_checkpoint, resolve_device
 
-FINISHED, RESUME, RESTART = "finished", "resume", "restart"
+FINISHED, RESUME, FRESH = "finished", "resume", "fresh"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass
+class Planned:
+    """What a bench does with one (model, seed): keep a finished run, or resume from its checkpoint (in the
+    child run ``child_id``, or a new one), with the ``history`` rows the checkpoint holds."""
+
+    action: str
+    child_id: str | None = None
+    history: list = field(default_factory=list)
 
 
 def _raise_interrupt(signum, frame):
+    if signum == signal.SIGHUP:
+        silence_closed_terminal()
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def check_bench_options(dataset_name: str, models: list[str], config: TrainConfig, data_options: dict) -> None:
+    """Every option of a bench, checked before anything is loaded: the training settings, the device, the
+    data options, and each model's backbone built once with the shared settings and ``--option`` values.
+    Raises :class:`OptionError` naming the option at fault."""
+    try:
+        config.validate()
+        resolve_device(config.device)
+        source = get_dataset(dataset_name)
+    except KeyError as error:
+        raise OptionError(f"option --dataset: {error.args[0]}") from None
+    except ValueError as error:
+        raise OptionError(str(error)) from None
+    thresholds = {name: getattr(source, name) if data_options.get(name) is None else data_options[name]
+                  for name in ("min_user_interactions", "min_item_interactions")}
+    try:
+        check_data_options(data_options.get("split", "loo"), data_options.get("dedup", "none"), **thresholds)
+    except DataError as error:
+        raise OptionError(str(error)) from None
+    for model in models:
+        _check_backbone(model, config)
+
+
+def _check_backbone(model: str, config: TrainConfig) -> None:
+    """Build ``model``'s backbone with the run's settings; an error names the option to blame."""
+    shared = {"d_model": config.d_model, "n_layers": config.n_layers, "n_heads": config.n_heads,
+              "dropout": config.dropout}
+    options = config.backbone_options
+    factory = backbone_entry(model).factory
+    parameters = inspect.signature(factory).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        for key, value in options.items():
+            if key not in parameters:
+                taken = ", ".join(name for name in parameters if name not in shared) or "none"
+                raise OptionError(f"option --option {key}={value}: backbone {model} has no option {key!r} "
+                                  f"(its options: {taken})")
+    try:
+        build_backbone(model, **shared, **options)
+    except Exception as error:  # whatever a constructor raises for a value it cannot take
+        message = str(error).removeprefix(f"{model}: ")
+        raise OptionError(f"{_blamed_option(message, config)}: backbone {model}: {message}") from None
+
+
+def _blamed_option(message: str, config: TrainConfig) -> str:
+    """The option that ``message`` names: an ``--option`` first, then a shared setting off its default,
+    then any shared setting; "options" when it names none."""
+    defaults = TrainConfig()
+    candidates = [(key, f"--option {key}={value}") for key, value in config.backbone_options.items()]
+    shared = [(name, f"--{name.replace('_', '-')} {getattr(config, name)}")
+              for name in ("n_heads", "d_model", "n_layers", "dropout")]
+    candidates += sorted(shared, key=lambda item: getattr(config, item[0]) == getattr(defaults, item[0]))
+    for name, option in candidates:
+        if re.search(rf"\b{re.escape(name)}\b", message):
+            return f"option {option}"
+    return "options"
 
 
 def bench(dataset_name: str, models: list[str], seeds: list[int], config: TrainConfig,
           data_options: dict | None = None, results_dir=RESULTS_DIR, command: str | None = None,
           resume: bool = False, checkpoint_dir: Path = CHECKPOINT_DIR) -> dict:
     """Run the benchmark; returns {(model, seed): result} of the runs trained (and finished) now."""
+    data_options = data_options or {}
+    check_bench_options(dataset_name, models, config, data_options)
     world = distributed.start(resolve_device(config.device))
-    previous_handler = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous_handlers = {number: signal.signal(number, _raise_interrupt) for number in STOP_SIGNALS}
     try:
-        return _bench(world, dataset_name, models, seeds, config, data_options or {}, Path(results_dir),
+        return _bench(world, dataset_name, models, seeds, config, data_options, Path(results_dir),
                       command or "prism-rec " + " ".join(shlex.quote(a) for a in sys.argv[1:]), resume,
                       Path(checkpoint_dir))
     finally:
-        signal.signal(signal.SIGTERM, previous_handler)
+        for number, handler in previous_handlers.items():
+            signal.signal(number, handler)
         distributed.stop(world)
 
 
@@ -59,6 +144,7 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
     dataset = load_dataset(dataset_name, **data_options)
     if world.is_main:
         world.barrier()
+    keys = [(model, seed) for model in models for seed in seeds]
 
     def run_hash_for(model: str, seed: int) -> str:
         return run_hash(dataset_name, dataset.options, model, replace(config, seed=seed))
@@ -67,71 +153,68 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
         return checkpoint_file(dataset_name, model, seed, run_hash_for(model, seed), checkpoint_dir)
 
     if not world.is_main:
-        return _train_silently(world, dataset, models, seeds, config, world.broadcast_object(None), checkpoint_for)
+        actions = world.broadcast_object(None)
+        if isinstance(actions, Exception):
+            raise actions
+        return _train_silently(world, dataset, keys, config, actions, checkpoint_for)
     import mlflow
+
+    experiment = experiment_id(dataset_name)
+    bench_hash = config_hash({"dataset": dataset_name, "data": dataset.options, "models": models, "seeds": seeds,
+                              "train": replace(config, seed=0).identity()})
+    try:
+        for name in end_runs_of_dead_processes(experiment):
+            print(f"run {name} was left RUNNING by a process that no longer runs: marked KILLED")
+        parent_id, plan = _plan(experiment, bench_hash, keys, run_hash_for, checkpoint_for, resume, dataset, config,
+                                 world.size)
+    except Exception as error:
+        world.broadcast_object(error)
+        raise
+    world.broadcast_object({key: planned.action for key, planned in plan.items()})
+    if resume and parent_id is None and not plan:
+        print(f"--resume: nothing interrupted with these settings in experiment {dataset_name!r}; starting anew")
 
     stats = dataset.stats()
     print(f"{dataset_name}: {stats['users']:,} users, {stats['items']:,} items, "
           f"{stats['interactions']:,} interactions, split {dataset.options['split']}"
           + (f"; {world.size} data-parallel processes" if world.distributed else ""))
     device = world.device(resolve_device(config.device))
-    tags = {**provenance_tags(device), "dataset": dataset_name, "command": command, "world_size": str(world.size),
-            "dataset_stats": dataset_stats_tag(dataset)}
-    experiment = experiment_id(dataset_name)
-    bench_hash = config_hash({"dataset": dataset_name, "data": dataset.options, "models": models, "seeds": seeds,
-                              "train": replace(config, seed=0).identity()})
-    parent_id, plan = _interrupted_bench(experiment, bench_hash, run_hash_for, checkpoint_for) if resume else (None, {})
-    if resume and parent_id is None:
-        print(f"--resume: no interrupted benchmark with these settings in experiment {dataset_name!r}; starting anew")
-    actions = world.broadcast_object({key: action for key, (action, _) in plan.items()})
+    tags = {**provenance_tags(device), **process_tags(), "dataset": dataset_name, "command": command,
+            "world_size": str(world.size), "dataset_stats": dataset_stats_tag(dataset)}
     results, failures = {}, []
-    with mlflow.start_run(run_id=parent_id, experiment_id=None if parent_id else experiment,
-                          run_name=None if parent_id else f"bench-{time.strftime('%Y%m%d-%H%M%S')}",
-                          tags={**tags, "prism_rec_role": "parent", "config_hash": bench_hash}) as parent:
+    with _mlflow_run(run_id=parent_id, experiment_id=None if parent_id else experiment,
+                     run_name=None if parent_id else f"bench-{time.strftime('%Y%m%d-%H%M%S')}",
+                     tags={**tags, "prism_rec_role": "parent", "config_hash": bench_hash}) as parent:
         if parent_id is None:
             mlflow.log_params({"dataset": dataset_name, "models": ",".join(models), "seeds": ",".join(map(str, seeds)),
                                **{f"data.{k}": v for k, v in dataset.options.items()}})
-        total = len(models) * len(seeds)
-        for index, (model, seed) in enumerate(((m, s) for m in models for s in seeds), start=1):
-            run_config = replace(config, seed=seed)
+        for index, (model, seed) in enumerate(keys, start=1):
             path = checkpoint_for(model, seed)
-            action, child_id = plan.get((model, seed), (None, None))
-            if action == FINISHED:
-                print(f"[{index}/{total}] {model} seed {seed}: finished before the interruption, kept")
+            planned = plan.get((model, seed), Planned(FRESH))
+            if planned.action == FINISHED:
+                print(f"[{index}/{len(keys)}] {model} seed {seed}: finished before the interruption, kept")
                 continue
-            print(f"[{index}/{total}] {model} seed {seed}"
-                  + (f": resuming from {path}" if action == RESUME else ""))
-            with mlflow.start_run(run_id=child_id, experiment_id=None if child_id else experiment,
-                                  run_name=f"{model}-s{seed}", nested=True,
-                                  tags={**tags, "prism_rec_role": "child", "model": model, "seed": str(seed),
-                                        "config_hash": run_hash_for(model, seed),
-                                        "mlflow.parentRunId": parent.info.run_id}):
-                if child_id is None:
-                    mlflow.log_params({"model": model, **{f"data.{k}": v for k, v in dataset.options.items()},
-                                       **run_config.params()})
-                mlflow.log_dict({"model": model, "dataset": dataset_name, "data": dataset.options,
-                                 "train": asdict(run_config), "world_size": world.size}, "config.json")
-                try:
-                    result = fit(dataset, model, run_config,
-                                 on_epoch=lambda epoch, metrics: mlflow.log_metrics(metrics, step=epoch),
-                                 checkpoint_path=path, resume=action == RESUME, world=world)
-                except KeyboardInterrupt:
-                    if path.exists():
-                        print(f"\ninterrupted: checkpoint {path}; continue with --resume (make bench ... RESUME=1)",
-                              file=sys.stderr)
-                    mlflow.end_run(status="KILLED")
-                    mlflow.end_run(status="KILLED")
-                    raise
-                except Exception as error:  # a crashing backbone must not take the others down
-                    traceback.print_exc()
-                    failures.append(f"{model} seed {seed}: {type(error).__name__}: {error}")
-                    mlflow.set_tag("error", f"{type(error).__name__}: {error}"[:4000])
-                    mlflow.end_run(status="FAILED")
-                    continue
-                _log_result(result, f"{dataset_name} {model} seed {seed}")
-                path.unlink(missing_ok=True)
-                results[(model, seed)] = result
-        if results or FINISHED in actions.values():
+            print(f"[{index}/{len(keys)}] {model} seed {seed}"
+                  + (f": resuming from {path} after epoch {len(planned.history)}" if planned.action == RESUME else ""))
+            child_tags = {**tags, "prism_rec_role": "child", "model": model, "seed": str(seed),
+                          "config_hash": run_hash_for(model, seed), "mlflow.parentRunId": parent.info.run_id}
+            try:
+                with _mlflow_run(run_id=planned.child_id, experiment_id=None if planned.child_id else experiment,
+                                 run_name=f"{model}-s{seed}", nested=True, tags=child_tags) as child:
+                    result = _train_child(world, dataset, dataset_name, model, replace(config, seed=seed), planned,
+                                          path, child.info.run_id)
+            except KeyboardInterrupt:
+                if path.exists():
+                    print(f"\ninterrupted: checkpoint {path}; continue with --resume (make bench ... RESUME=1)",
+                          file=sys.stderr)
+                raise
+            except Exception as error:  # a crashing backbone must not take the others down
+                traceback.print_exc()
+                failures.append(f"{model} seed {seed}: {type(error).__name__}: {error}")
+                continue
+            path.unlink(missing_ok=True)  # after the run ended FINISHED: a kill in between keeps both
+            results[(model, seed)] = result
+        if results or any(planned.action == FINISHED for planned in plan.values()):
             markdown, csv, chart = write_tables(dataset_name, results_dir)
             for artifact in (markdown, csv, chart):
                 mlflow.log_artifact(str(artifact))
@@ -141,8 +224,48 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
         if failures:
             mlflow.set_tag("failures", "; ".join(failures)[:4000])
     if failures:
-        raise RuntimeError("some runs failed:\n  " + "\n  ".join(failures))
+        raise BenchFailures(f"{len(failures)} run(s) failed (tracebacks above): " + "; ".join(failures))
     return results
+
+
+@contextlib.contextmanager
+def _mlflow_run(**kwargs):
+    """``mlflow.start_run(**kwargs)`` that ends KILLED on an interruption and FAILED (with an ``error``
+    tag) on an exception, FINISHED otherwise."""
+    import mlflow
+
+    run = mlflow.start_run(**kwargs)
+    try:
+        yield run
+    except KeyboardInterrupt:
+        mlflow.end_run(status="KILLED")
+        raise
+    except BaseException as error:
+        mlflow.set_tag("error", f"{type(error).__name__}: {error}"[:4000])
+        mlflow.end_run(status="FAILED")
+        raise
+    mlflow.end_run()
+
+
+def _train_child(world: distributed.World, dataset, dataset_name: str, model: str, run_config: TrainConfig,
+                 planned: Planned, path: Path, run_id: str) -> dict:
+    """Train one (model, seed) inside its active child run: params (new run), the epochs a resumed
+    checkpoint holds that the run lacks, config.json, per-epoch metrics, then the result."""
+    import mlflow
+
+    if planned.child_id is None:
+        mlflow.log_params({"model": model, **{f"data.{k}": v for k, v in dataset.options.items()},
+                           **run_config.params()})
+    logged = {metric.step for metric in mlflow.MlflowClient().get_metric_history(run_id, "valid_auc")}
+    for step, row in enumerate(planned.history):
+        if step not in logged:
+            mlflow.log_metrics(row, step=step)
+    mlflow.log_dict({"model": model, "dataset": dataset_name, "data": dataset.options,
+                     "train": asdict(run_config), "world_size": world.size}, "config.json")
+    result = fit(dataset, model, run_config, on_epoch=lambda epoch, metrics: mlflow.log_metrics(metrics, step=epoch),
+                 checkpoint_path=path, resume=planned.action == RESUME, world=world)
+    _log_result(result, f"{dataset_name} {model} seed {run_config.seed}")
+    return result
 
 
 def _log_result(result: dict, title: str) -> None:
@@ -156,56 +279,80 @@ def _log_result(result: dict, title: str) -> None:
           f"{result['train_tokens_per_s']:,.0f} tokens/s  {result['wall_seconds']:.1f} s")
 
 
-def _train_silently(world: distributed.World, dataset, models: list[str], seeds: list[int], config: TrainConfig,
+def _train_silently(world: distributed.World, dataset, keys: list[tuple[str, int]], config: TrainConfig,
                     actions: dict, checkpoint_for: Callable[[str, int], Path]) -> dict:
     """What a rank other than 0 does: the same trainings in step with rank 0, without MLflow or files."""
-    for model in models:
-        for seed in seeds:
-            action = actions.get((model, seed))
-            if action == FINISHED:
-                continue
-            try:
-                fit(dataset, model, replace(config, seed=seed), checkpoint_path=checkpoint_for(model, seed),
-                    resume=action == RESUME, world=world)
-            except Exception:  # rank 0 reports the failure and carries on with the next run, and so do we
-                continue
+    for model, seed in keys:
+        action = actions.get((model, seed))
+        if action == FINISHED:
+            continue
+        try:
+            fit(dataset, model, replace(config, seed=seed), checkpoint_path=checkpoint_for(model, seed),
+                resume=action == RESUME, world=world)
+        except Exception:  # rank 0 reports the failure and carries on with the next run, and so do we
+            continue
     return {}
 
 
-def _interrupted_bench(experiment: str, bench_hash: str, run_hash_for: Callable[[str, int], str],
-                       checkpoint_for: Callable[[str, int], Path]) -> tuple[str | None, dict]:
-    """The newest KILLED parent run with ``bench_hash`` and what to do with each of its children:
-    {(model, seed): (FINISHED | RESUME | RESTART, child run id)}; a KILLED child without a checkpoint
-    restarts from scratch in its own run."""
+def _plan(experiment: str, bench_hash: str, keys: list[tuple[str, int]], run_hash_for: Callable[[str, int], str],
+          checkpoint_for: Callable[[str, int], Path], resume: bool, dataset, config: TrainConfig,
+          world_size: int) -> tuple[str | None, dict[tuple[str, int], Planned]]:
+    """The parent run to reopen (None: a new one) and what to do with each (model, seed) that is not
+    trained from scratch. Refuses a run that a live process trains, a checkpoint without ``resume``, and
+    an unreadable or foreign checkpoint, each with a message naming it."""
     import mlflow
 
+    hashes = {run_hash_for(*key): key for key in keys}
+    running = mlflow.search_runs([experiment], filter_string="attributes.status = 'RUNNING' and "
+                                 "tags.prism_rec_role = 'child'")
+    for _, run in running.iterrows():
+        if run.get("tags.config_hash") in hashes:
+            model, seed = hashes[run["tags.config_hash"]]
+            raise ValueError(f"{model} seed {seed} is being trained by process {run.get('tags.prism_rec_pid')} on "
+                             f"{run.get('tags.prism_rec_host')} (MLflow run {run['run_id']}); wait for it or stop it")
+    checkpoints = {key: checkpoint_for(*key) for key in keys if checkpoint_for(*key).exists()}
+    if not resume:
+        if checkpoints:
+            raise OptionError(f"option --resume: {len(checkpoints)} interrupted run(s) with these settings have a "
+                              f"checkpoint ({', '.join(map(str, checkpoints.values()))}); continue with --resume "
+                              "(make bench ... RESUME=1), or delete the file(s) to train from scratch")
+        return None, {}
     parents = mlflow.search_runs(
         experiment_ids=[experiment], max_results=1, order_by=["attributes.start_time DESC"],
         filter_string=f"tags.prism_rec_role = 'parent' and tags.config_hash = '{bench_hash}' "
                       "and attributes.status = 'KILLED'")
-    if parents.empty:
-        return None, {}
-    parent_id = parents["run_id"].iloc[0]
-    children = mlflow.search_runs(
-        experiment_ids=[experiment], order_by=["attributes.start_time DESC"],
-        filter_string=f"tags.prism_rec_role = 'child' and tags.mlflow.parentRunId = '{parent_id}'")
+    parent_id = None if parents.empty else parents["run_id"].iloc[0]
+    children = {}
+    if parent_id is not None:
+        found = mlflow.search_runs(
+            experiment_ids=[experiment], order_by=["attributes.start_time DESC"],
+            filter_string=f"tags.prism_rec_role = 'child' and tags.mlflow.parentRunId = '{parent_id}'")
+        for _, child in found.iterrows():
+            key = hashes.get(child["tags.config_hash"])
+            if key is not None and key not in children:
+                children[key] = (child["status"], child["run_id"])
     plan = {}
-    for _, child in children.iterrows():
-        key = (child["tags.model"], int(child["tags.seed"]))
-        if key in plan or child["status"] not in ("FINISHED", "KILLED") or child["tags.config_hash"] != run_hash_for(*key):
-            continue
-        if child["status"] == "FINISHED":
-            plan[key] = (FINISHED, child["run_id"])
-        else:
-            plan[key] = (RESUME if checkpoint_for(*key).exists() else RESTART, child["run_id"])
+    for key in keys:
+        status, child_id = children.get(key, (None, None))
+        if status == "FINISHED":  # killed after the run ended, before its checkpoint was deleted
+            plan[key] = Planned(FINISHED, child_id)
+            if key in checkpoints:
+                checkpoints.pop(key).unlink()
+        elif key in checkpoints:
+            state = read_checkpoint(checkpoints[key], dataset, replace(config, seed=key[1]), world_size)
+            plan[key] = Planned(RESUME, child_id if status in ("KILLED", "FAILED") else None,
+                                state["progress"]["history"])
     return parent_id, plan
 
 
 def parse_seeds(text: str) -> list[int]:
-    """'3' -> [0, 1, 2]; '1,5,7' -> [1, 5, 7]."""
-    if "," in text:
-        return [int(s) for s in text.split(",") if s]
-    count = int(text)
-    if count < 1:
-        raise ValueError(f"option --seeds: need at least one seed, got {text!r}")
-    return list(range(count))
+    """'3' -> [0, 1, 2]; '1,5,7' -> [1, 5, 7]; anything else raises :class:`OptionError`."""
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()] if "," in text else list(range(int(text)))
+    except ValueError:
+        raise OptionError(f"option --seeds: expected a count or a comma list of integers, got {text!r}") from None
+    if not seeds:
+        raise OptionError(f"option --seeds: need at least one seed, got {text!r}")
+    if len(set(seeds)) != len(seeds):
+        raise OptionError(f"option --seeds: seed listed twice in {text!r}")
+    return seeds

@@ -1,9 +1,13 @@
-"""MLflow plumbing: the project's tracking store, experiments and run provenance tags."""
+"""MLflow plumbing: the project's tracking store, experiments, run provenance tags, and the runs that
+processes killed outright (SIGKILL, the OOM killer) left RUNNING."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import platform
+import socket
 import subprocess
 from pathlib import Path
 
@@ -29,15 +33,76 @@ def artifact_root() -> Path:
     return STORE_DIR / "artifacts"
 
 
+@contextlib.contextmanager
+def store_lock():
+    """An exclusive lock (flock) on a file beside a sqlite store (else in .mlflow/), held in the block:
+    the first use of a new store creates its tables, and two processes doing that at once break one."""
+    uri = tracking_uri()
+    folder = Path(uri.removeprefix("sqlite:///")).parent if uri.startswith("sqlite:///") else STORE_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".prism-rec-store.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def experiment_id(name: str) -> str:
-    """Id of experiment ``name``, created with an artifact folder beside the store if missing."""
+    """Id of experiment ``name``, created with an artifact folder beside the store if missing; the store
+    is opened (and created) under :func:`store_lock`."""
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri())
-    experiment = mlflow.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    return mlflow.create_experiment(name, artifact_location=(artifact_root() / name).resolve().as_uri())
+    with store_lock():
+        experiment = mlflow.get_experiment_by_name(name)
+        if experiment is not None:
+            return experiment.experiment_id
+        return mlflow.create_experiment(name, artifact_location=(artifact_root() / name).resolve().as_uri())
+
+
+def _process_start(pid: int) -> str:
+    """The start time of process ``pid`` in clock ticks since boot (/proc/<pid>/stat field 22), which
+    tells a reused process id from the original; "" where /proc cannot say."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def process_tags() -> dict[str, str]:
+    """Tags naming this process, so that a later invocation can tell whether it still runs."""
+    return {"prism_rec_host": socket.gethostname(), "prism_rec_pid": str(os.getpid()),
+            "prism_rec_process_start": _process_start(os.getpid())}
+
+
+def _process_alive(pid: int, start: str) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return not start or _process_start(pid) in (start, "")
+
+
+def end_runs_of_dead_processes(experiment: str) -> list[str]:
+    """Mark KILLED the RUNNING runs of experiment id ``experiment`` whose process (named by
+    :func:`process_tags`, on this host) no longer runs; returns their run names. Runs of other hosts
+    and runs without those tags are left as they are: nothing here can tell whether they still run."""
+    import mlflow
+
+    runs = mlflow.search_runs([experiment], filter_string="attributes.status = 'RUNNING' and "
+                              f"tags.prism_rec_host = '{socket.gethostname()}'")
+    ended = []
+    client = mlflow.MlflowClient()
+    for _, run in runs.iterrows():
+        pid = run.get("tags.prism_rec_pid")
+        if pid and not _process_alive(int(pid), run.get("tags.prism_rec_process_start") or ""):
+            client.set_terminated(run["run_id"], status="KILLED")
+            ended.append(run["tags.mlflow.runName"])
+    return ended
 
 
 def _head_commit() -> str:

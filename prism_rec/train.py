@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import math
 import resource
 import time
@@ -216,7 +217,7 @@ def _fresh_progress() -> dict:
     """Loop state of a run that has not trained yet (also the layout of a checkpoint's "progress")."""
     return {"epoch": 0, "next_batch": 0, "order": None, "best_valid_auc": -math.inf, "best_epoch": -1,
             "best_state": None, "history": [], "train_seconds": 0.0, "trained_tokens": 0, "wall_seconds": 0.0,
-            "epoch_loss_count": 0, "diverged_epoch": 0}
+            "epoch_loss_count": 0, "diverged_epoch": 0, "done": False}
 
 
 def fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig,
@@ -225,14 +226,35 @@ def fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig,
     """Train ``backbone`` on ``dataset`` and return validation and test metrics plus cost figures.
 
     ``on_epoch(epoch, metrics)`` is called after every epoch with train_loss and valid_* metrics.
-    With ``checkpoint_path``, a checkpoint is written after every epoch but the last and when Ctrl-C or
-    SIGTERM stops training (then KeyboardInterrupt is raised); ``resume`` continues from that file and
-    reaches the same result as an uninterrupted run. In a data-parallel ``world`` (torchrun), each
+    With ``checkpoint_path``, a checkpoint is written after every epoch (the last included) and when
+    Ctrl-C, SIGTERM or SIGHUP stops training, mid-epoch or after the epoch's validation (then
+    KeyboardInterrupt is raised); ``resume`` continues from that file and reaches the same result as an
+    uninterrupted run. In a data-parallel ``world`` (torchrun), each
     rank trains on its share of every global batch of ``config.batch_size`` windows and rank 0 writes
-    the checkpoint. ``config.precision`` "fp32" turns TF32 off while it trains (restored after).
+    the checkpoint. ``config.precision`` "fp32" turns TF32 off while it trains (restored after). On the
+    CPU, PyTorch's deterministic algorithms are on while it trains (see :func:`_deterministic`).
     """
-    with _tf32_off(config.precision == "fp32"):
+    on_cpu = world.device(resolve_device(config.device)).type == "cpu"
+    with _tf32_off(config.precision == "fp32"), _deterministic(on_cpu):
         return _fit(dataset, backbone, config, on_epoch, checkpoint_path, resume, world)
+
+
+@contextlib.contextmanager
+def _deterministic(enabled: bool):
+    """``torch.use_deterministic_algorithms(True)`` inside the block when ``enabled``, restored after.
+
+    On the CPU, the backward of advanced indexing (``table[targets]``: ``index_put_`` with accumulation)
+    otherwise adds rows with atomics from several threads, in whatever order the threads get there, so
+    the same run gave other gradients whenever the machine was busy; the deterministic path sorts the
+    indices first.
+    """
+    saved = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    if enabled:
+        torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
 
 
 @contextlib.contextmanager
@@ -270,7 +292,7 @@ def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch
                   "sampler": torch.Generator(device=device).manual_seed(config.seed)}
     progress = _fresh_progress()
     if resume:
-        progress = _restore(checkpoint_path, config, world, model, optimizer, generators)
+        progress = _restore(checkpoint_path, dataset, config, world, model, optimizer, generators)
     objective = NextItemObjective(model, config, generators["sampler"])
     objective.encode = training_encoder(model, config.batch_size, compile_mode)
     trainer = (DistributedDataParallel(objective, device_ids=[device] if device.type == "cuda" else None)
@@ -283,14 +305,14 @@ def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch
         per_rank = world.gather_objects({"rng": capture_rng(generators), "epoch_loss_sum": epoch_loss_sum})
         if checkpoint_path is not None and world.is_main:
             save_atomically({"format": CHECKPOINT_FORMAT, "config": config.identity(), "world_size": world.size,
-                             "model": model.state_dict(), "optimizer": optimizer.state_dict(), "per_rank": per_rank,
+                             "data": data_signature(dataset), "model": model.state_dict(), "optimizer": optimizer.state_dict(), "per_rank": per_rank,
                              "progress": {**progress, "wall_seconds": time.perf_counter() - wall_start}},
                             checkpoint_path)
         world.barrier()
 
     with StopRequest() as stop:
         epoch_loss_sum = progress.pop("epoch_loss_sum", 0.0)
-        while progress["epoch"] < config.epochs:
+        while progress["epoch"] < config.epochs and not progress["done"]:
             epoch = progress["epoch"]
             model.train()
             if progress["order"] is None:
@@ -332,29 +354,30 @@ def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch
             progress["train_seconds"] += time.perf_counter() - epoch_start
             progress["trained_tokens"] += progress["epoch_loss_count"]
             loss_total = world.sum([epoch_loss_sum], device)[0]
+            metrics = None
             try:
                 with autocast:
                     valid = evaluate(model, dataset, dataset.valid_cases, config, device, f"{backbone} valid", world)
             except FloatingPointError:  # diverged: like early stopping, keep the best epoch (if there is one)
                 if progress["best_state"] is None:
                     raise
-                progress["diverged_epoch"] = epoch + 1
-                break
-            metrics = {"train_loss": loss_total / max(progress["epoch_loss_count"], 1),
-                       **{f"valid_{k}": v for k, v in valid.items()}}
-            progress["history"].append(metrics)
-            if on_epoch:
+                progress.update(diverged_epoch=epoch + 1, done=True)
+            else:
+                metrics = {"train_loss": loss_total / max(progress["epoch_loss_count"], 1),
+                           **{f"valid_{k}": v for k, v in valid.items()}}
+                progress["history"].append(metrics)
+                improved = metrics["valid_auc"] > progress["best_valid_auc"]
+                if improved:
+                    progress.update(best_valid_auc=metrics["valid_auc"], best_epoch=epoch,
+                                    best_state=copy.deepcopy(model.state_dict()))
+                progress.update(epoch=epoch + 1, next_batch=0, order=None, epoch_loss_count=0,
+                                done=not improved and epoch - progress["best_epoch"] >= config.patience)
+                epoch_loss_sum = 0.0
+            save(epoch_loss_sum)  # before on_epoch: a run killed in between logs the epoch when resumed
+            if on_epoch and metrics:
                 on_epoch(epoch, metrics)
-            improved = metrics["valid_auc"] > progress["best_valid_auc"]
-            if improved:
-                progress.update(best_valid_auc=metrics["valid_auc"], best_epoch=epoch,
-                                best_state=copy.deepcopy(model.state_dict()))
-            progress.update(epoch=epoch + 1, next_batch=0, order=None, epoch_loss_count=0)
-            epoch_loss_sum = 0.0
-            if not improved and epoch - progress["best_epoch"] >= config.patience:
-                break
-            if progress["epoch"] < config.epochs:
-                save(epoch_loss_sum)
+            if world.any(stop.requested, device):  # a stop requested during the validation
+                raise KeyboardInterrupt(f"training stopped after epoch {epoch + 1}")
     model.load_state_dict(progress["best_state"])
     case_ranks: dict = {}
     with autocast:
@@ -396,24 +419,45 @@ def _evaluate_untrained(model: nn.Module, dataset: ProcessedDataset, backbone: s
     return _result(model, device, history, 0, test, case_ranks, wall_start, 0.0)
 
 
-def _restore(path: Path | None, config: TrainConfig, world: World, model: SequentialRecommender,
+def _restore(path: Path | None, dataset: ProcessedDataset, config: TrainConfig, world: World,
+             model: SequentialRecommender,
              optimizer: torch.optim.Optimizer, generators: dict[str, torch.Generator]) -> dict:
     """Load ``path`` into the model, optimizer and generators; returns the saved loop progress."""
     if path is None:
         raise ValueError("option --resume: no checkpoint file given")
-    state = load(path)
-    if state.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"checkpoint {path}: not a prism-rec training checkpoint (format {state.get('format')!r})")
-    if state["config"] != config.identity():
-        changed = sorted(k for k in {**state["config"], **config.identity()}
-                         if state["config"].get(k) != config.identity().get(k))
-        raise ValueError(f"checkpoint {path}: written with other settings ({', '.join(changed)})")
-    if state["world_size"] != world.size:
-        raise ValueError(f"checkpoint {path}: written by {state['world_size']} processes; "
-                         f"resume with NPROC={state['world_size']} (this run has {world.size})")
+    state = read_checkpoint(path, dataset, config, world.size)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     own = state["per_rank"][world.rank]
     restore_rng(own["rng"], generators)
     # keys added to the loop state since a checkpoint was written (diverged_epoch) start fresh
     return {**_fresh_progress(), **state["progress"], "epoch_loss_sum": own["epoch_loss_sum"]}
+
+
+def data_signature(dataset: ProcessedDataset) -> str:
+    """A hash of the processed sequences and cases: the data a checkpoint was trained on."""
+    digest = hashlib.blake2b(digest_size=8)
+    for array in (dataset.items, dataset.offsets, dataset.train_length, dataset.valid_cases, dataset.test_cases):
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def read_checkpoint(path: Path, dataset: ProcessedDataset, config: TrainConfig, world_size: int) -> dict:
+    """The training checkpoint at ``path``, checked to be one of ``config`` on ``dataset`` written by
+    ``world_size`` processes; a ValueError names the file and what is wrong (unreadable, foreign, other
+    settings or data)."""
+    state = load(path)
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"checkpoint {path}: not a prism-rec training checkpoint (format {found!r})")
+    if state["config"] != config.identity():
+        changed = sorted(k for k in {**state["config"], **config.identity()}
+                         if state["config"].get(k) != config.identity().get(k))
+        raise ValueError(f"checkpoint {path}: written with other settings ({', '.join(changed)})")
+    if state["world_size"] != world_size:
+        raise ValueError(f"checkpoint {path}: written by {state['world_size']} processes; "
+                         f"resume with NPROC={state['world_size']} (this run has {world_size})")
+    if state.get("data", data_signature(dataset)) != data_signature(dataset):
+        raise ValueError(f"checkpoint {path}: trained on other data (the dataset's files or processing changed "
+                         "since); delete it to train from scratch")
+    return state
