@@ -13,7 +13,7 @@ EPOCHS ?= 50
 ARGS ?=
 PROBE_ARGS ?=
 THROUGHPUT_ARGS ?=
-# RESUME=1 continues the newest interrupted benchmark with the same settings (prism-rec bench --resume).
+# RESUME=1 continues every interrupted run of the same settings from its checkpoint (prism-rec bench --resume).
 RESUME ?= 0
 # NPROC=N trains data-parallel in N processes through torchrun; TORCHRUN_ARGS replaces --standalone
 # for several machines (--nnodes, --node-rank, --rdzv-backend, --rdzv-endpoint, --rdzv-id).

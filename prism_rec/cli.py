@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--results-dir", default=RESULTS_DIR)
     bench.add_argument("--no-progress", action="store_true")
     bench.add_argument("--resume", action="store_true",
-                       help="continue the newest interrupted (KILLED) benchmark with the same settings")
+                       help="continue every run of these settings that has a checkpoint (interrupted or killed)")
     bench.add_argument("--checkpoint-dir", default=CHECKPOINT_DIR,
                        help="where interrupted runs keep their checkpoints (default checkpoints/)")
     bench.set_defaults(func=command_bench)

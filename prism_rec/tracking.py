@@ -140,5 +140,6 @@ def provenance_tags(device: torch.device) -> dict[str, str]:
         "device": str(device),
         "machine": machine_description(device),
         "torch_version": torch.__version__,
+        "torch_threads": str(torch.get_num_threads()),
         "triton_version": triton_version,
     }

@@ -51,7 +51,8 @@ def test_bench_logs_runs_and_writes_table(store, tiny, run_cli):
     assert children["metrics.test_auc"].between(0, 1).all()
     history = mlflow.MlflowClient().get_metric_history(children["run_id"].iloc[0], "valid_auc")
     assert [m.step for m in history] == [0, 1]
-    for tag in ("git_commit", "torch_version", "device", "dataset", "model", "seed", "config_hash"):
+    for tag in ("git_commit", "torch_version", "torch_threads", "device", "dataset", "model", "seed", "config_hash",
+                "prism_rec_pid"):
         assert children[f"tags.{tag}"].notna().all()
     client = mlflow.MlflowClient()
     for run_id in children["run_id"]:
