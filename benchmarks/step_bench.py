@@ -20,8 +20,14 @@ script first checks the fused loss against the chunked one (loss and gradients) 
 
 Every cell is caught on its own (its status says why it failed) and the files are rewritten after every
 cell, so a run cut short keeps what it measured; once --time-budget seconds have passed, the cells not
-started are recorded as skipped. Writes <out>/step.md and step.csv, and with --datasets
-<out>/solo_throughput.csv (the rows of the last --solo-compile mode, the one a grid would train with).
+started are recorded as skipped. Writes <out>/step.md, step.csv and step.json (everything, for
+--merge), and with --datasets <out>/solo_throughput.csv (the rows of the last --solo-compile mode, the
+one a grid would train with). ``--merge DIR,DIR,...`` makes one report of runs made side by side, one
+per GPU:
+
+    CUDA_VISIBLE_DEVICES=0 python benchmarks/step_bench.py --lengths 50 ... --out-dir /tmp/a &
+    CUDA_VISIBLE_DEVICES=1 python benchmarks/step_bench.py --lengths 200 ... --out-dir /tmp/b & wait
+    python benchmarks/step_bench.py --merge /tmp/a,/tmp/b --out-dir $OUT/step
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import argparse
 import csv
 import datetime
 import io
+import json
 import shlex
 import statistics
 import sys
@@ -358,7 +365,7 @@ def step_markdown(rows: list[dict], profiles: list[dict], solo_rows: list[dict],
     if profiles:
         lines += ["## Where the time goes (torch.profiler; top operators by device time, ms per step)", "",
                   "Wall ms far above device ms: the step waits on launches and Python, not on the GPU.", "",
-                  "| backbone | shape | compile | wall ms/step | device ms/step | kernel launches/step | top operators |",
+                  "| backbone | shape | compile | wall ms/step | device ms/step | GPU kernels (CPU: operator calls)/step | top operators |",
                   "|---|---|---|---:|---:|---:|---|"]
         lines += [f"| {p['model']} | T {p['seq_len']}, {p['loss_path']} | {p['compile']} | {p['wall_ms']} | "
                   f"{p['device_ms']} | {p['launches']} | {p['top']} |" for p in profiles]
@@ -419,10 +426,12 @@ def grid_speedup_lines(solo_rows: list[dict]) -> list[str]:
 
 
 class Report:
-    """The rows measured so far, rewritten to step.csv, step.md and solo_throughput.csv after every cell."""
+    """The rows measured so far, rewritten after every cell to step.csv, step.md, solo_throughput.csv and
+    step.json (all of it, which ``merge`` reads back)."""
 
-    def __init__(self, out_dir: Path, header: list[str], checks: list[str], solo_mode: str | None):
+    def __init__(self, out_dir: Path, header: list[str], checks: list[str], solo_mode: str | None, command: str):
         self.out_dir, self.header, self.checks, self.solo_mode = out_dir, header, checks, solo_mode
+        self.command = command
         self.rows, self.profiles, self.solo_rows = [], [], []
 
     def write(self) -> None:
@@ -432,6 +441,37 @@ class Report:
         if self.solo_mode is not None:
             write_atomically(self.out_dir / "solo_throughput.csv",
                              csv_text([r for r in self.solo_rows if r["compile"] == self.solo_mode], SOLO_COLUMNS))
+        write_atomically(self.out_dir / "step.json", json.dumps(vars(self) | {"out_dir": str(self.out_dir)}))
+
+
+def merge(run_dirs: list[Path], out_dir: Path) -> Report:
+    """One report from the step.json of runs made side by side (one per GPU, say): their rows, profiles,
+    solo rows and checks in the order given, the first run's header and every run's command. A run that
+    left no step.json is named in the header."""
+    runs, missing = [], []
+    for run_dir in run_dirs:
+        try:
+            runs.append(json.loads((run_dir / "step.json").read_text()))
+        except (OSError, ValueError):
+            missing.append(str(run_dir))
+    if not runs:
+        raise SystemExit(f"--merge: no step.json in {', '.join(map(str, run_dirs))}")
+    commands = [run["command"] for run in runs]
+    header = [*runs[0]["header"], "", f"Merged from {len(runs)} runs made side by side, each on a GPU of its own: "
+              + "; ".join(f"`{command}`" for command in commands) + "."]
+    if missing:
+        header.append(f"Runs that left no results: {', '.join(missing)}.")
+    report = Report(out_dir, header, [line for run in runs for line in run["checks"]],
+                    next((run["solo_mode"] for run in runs if run["solo_mode"] is not None), None),
+                    "; ".join(commands))
+    for run in runs:
+        report.rows += run["rows"]
+        report.profiles += run["profiles"]
+        report.solo_rows += run["solo_rows"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report.write()
+    return report
+
 
 def parse_list(value: str, everything: list[str] | tuple[str, ...]) -> list[str]:
     return list(everything) if value == "all" else [part for part in value.split(",") if part]
@@ -469,8 +509,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-steps", action="store_true", help="only the solo throughput")
     parser.add_argument("--time-budget", type=float, default=float("inf"),
                         help="seconds after which no further cell starts (those left are recorded as skipped)")
+    parser.add_argument("--merge", default="",
+                        help="only merge the step.json of these run folders (comma-separated) into --out-dir")
     parser.add_argument("--out-dir", type=Path, default=Path("results"))
     args = parser.parse_args(argv)
+    if args.merge:
+        report = merge([Path(part) for part in args.merge.split(",") if part], args.out_dir)
+        print(step_markdown(report.rows, report.profiles, report.solo_rows, report.checks, report.header), flush=True)
+        return
     budget = Budget(args.time_budget)
     device = resolve_device(args.device)
     if device.type == "cuda":
@@ -512,7 +558,7 @@ def main(argv: list[str] | None = None) -> None:
     compiled_checks = check_compiled(trained_backbones(parse_list(args.check_compiled, [])), compile_modes, device)
     if compiled_checks:
         checks += ["Compiled encoder against eager (fp32, TF32 off, dropout 0):", *compiled_checks, ""]
-    report = Report(args.out_dir, header, checks, solo_modes[-1] if args.datasets and solo_modes else None)
+    report = Report(args.out_dir, header, checks, solo_modes[-1] if args.datasets and solo_modes else None, command)
     if not args.no_steps:
         def measure(cells: list[tuple[str, str, int, int]]) -> None:
             for section, backbone, items, length in cells:

@@ -55,8 +55,8 @@ def test_fused_path_is_skipped_without_cuda(step_bench, tmp_path, capsys, monkey
 
 
 def test_compiled_and_eager_columns_speedups_and_time_budget(step_bench, tmp_path):
-    """Eager and compiled cells side by side (cudagraphs is inductor on CPU), their speed-up line, and a
-    spent time budget recording the cells left as skipped."""
+    """Eager and compiled cells side by side (cudagraphs is inductor on CPU), their speed-up line, a
+    spent time budget recording the cells left as skipped, and the two runs merged into one report."""
     step_bench.main(["--device", "cpu", "--steps", "2", "--warmup", "1", "--items", "50", "--models", "gated_deltanet",
                      "--lengths", "6", "--batch-size", "2", "--d-model", "8", "--books-models", "", "--profile-steps",
                      "0", "--loss-path", "chunked", "--compile", "off,cudagraphs", "--check-compiled",
@@ -70,10 +70,17 @@ def test_compiled_and_eager_columns_speedups_and_time_budget(step_bench, tmp_pat
     assert "All 1 backbones measured both ways at T 6 (chunked), one step of each: eager " in report
     step_bench.main(["--device", "cpu", "--items", "50", "--models", "sasrec", "--lengths", "6", "--batch-size", "2",
                      "--d-model", "8", "--books-models", "", "--loss-path", "chunked", "--time-budget", "0",
-                     "--datasets", "ml-100k", "--out-dir", str(tmp_path)])
-    steps = list(csv.DictReader((tmp_path / "step.csv").open()))
+                     "--datasets", "ml-100k", "--out-dir", str(tmp_path / "b")])
+    steps = list(csv.DictReader((tmp_path / "b" / "step.csv").open()))
     assert [r["status"] for r in steps] == ["skipped: time budget"]
-    assert list(csv.DictReader((tmp_path / "solo_throughput.csv").open())) == []
+    assert list(csv.DictReader((tmp_path / "b" / "solo_throughput.csv").open())) == []
+    step_bench.main(["--merge", f"{tmp_path},{tmp_path / 'b'},{tmp_path / 'absent'}", "--out-dir", str(tmp_path / "m")])
+    merged = list(csv.DictReader((tmp_path / "m" / "step.csv").open()))
+    assert [(r["model"], r["compile"], r["status"]) for r in merged] == [
+        ("gated_deltanet", "off", "ok"), ("gated_deltanet", "inductor", "ok"), ("sasrec", "off", "skipped: time budget")]
+    report = (tmp_path / "m" / "step.md").read_text()
+    assert "Merged from 2 runs made side by side" in report and f"no results: {tmp_path / 'absent'}" in report
+    assert "- gated_deltanet, compile inductor: relative gap of the output " in report
 
 
 def test_grid_speedup_from_solo_rows(step_bench):
