@@ -8,8 +8,9 @@
 # worker i on the i-th) through a CUDA MPS server (PRISM_REC_MPS, default 1; gpu_setup.sh falls back to
 # time slices if the server does not serve) and starts runs for BUDGET seconds (default 520; once run
 # times are known a run starts only when it is expected to end by then). DATASETS (default all six)
-# narrows the grid, MODELS (default all) the backbones. OUT_DIR receives headline_v2_manifest.jsonl and
-# headline_v2_case_ranks.jsonl (the committed lines and the new ones), headline.records.jsonl and
+# narrows the grid, MODELS (default all) the backbones. OUT_DIR receives headline_v2_manifest.jsonl (the
+# committed lines and the new ones), headline_v2_case_ranks.new.jsonl (the new runs' lines only: with
+# the committed ones the file outgrows the 16 MiB a device call returns), headline.records.jsonl and
 # headline_log.txt; results/README.md ("Reproducing") says how to merge and import them here.
 set -uo pipefail
 out=${1:?usage: benchmarks/headline_gpu.sh OUT_DIR}
@@ -27,10 +28,15 @@ workers=${WORKERS:-$((12 * $(echo "$device" | tr ',' '\n' | wc -l)))}
 datasets=${DATASETS:-ml-100k,yelp-iclrec,electronics-gerec,books-dealrec,movies-long,movies-fedcsr}
 budget=${BUDGET:-520}
 # runs still in flight at the budget are abandoned within seconds; the timeout guards the call's limit
+committed_case_ranks=$(stat -c %s "$out/headline_v2_case_ranks.jsonl" 2>/dev/null || echo 0)
 timeout $((budget + 45)) python3 -m prism_rec.headline run --out "$out" --datasets "$datasets" \
     --models "${MODELS:-all}" --workers "$workers" --budget "$budget" --device "$device" \
     > "$out/headline_log.txt" 2>&1
 status=$?
 if [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ]; then echo quit | nvidia-cuda-mps-control; fi
+if [ -f "$out/headline_v2_case_ranks.jsonl" ]; then
+    tail -c +$((committed_case_ranks + 1)) "$out/headline_v2_case_ranks.jsonl" \
+        > "$out/headline_v2_case_ranks.new.jsonl" && rm "$out/headline_v2_case_ranks.jsonl"
+fi
 tail -n 3 "$out/headline_log.txt"
 exit $status

@@ -808,7 +808,8 @@ def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing
         "The training commands, as recorded in the runs: " + ("; ".join(f"`{c}`" for c in commands) or "none") + ". "
         "Join the manifests and case-ranks files the GPU calls return into the committed ones "
         f"(`python -m prism_rec.headline merge results/{MANIFEST_NAME} results/{MANIFEST_NAME} DIR/{MANIFEST_NAME}`, "
-        f"the same for `{CASE_RANKS_NAME}`), then `{COMMAND}` writes this file and results/<dataset>/auc.md, .csv, "
+        f"the same for `{CASE_RANKS_NAME}` with the call's `headline_v2_case_ranks.new.jsonl`, which holds only its new "
+        f"runs), then `{COMMAND}` writes this file and results/<dataset>/auc.md, .csv, "
         ".png and pareto.png.",
         "",
     ]
