@@ -75,10 +75,12 @@ class HeadlineJob:
     config: TrainConfig
     run_hash: str
     command: str
+    split: str = "loo"  # the dataset's split (data/core.py); split_study.py trains "time"
 
     @property
     def label(self) -> str:
-        return f"{self.dataset}/{self.model}/lr{self.config.lr:g}/s{self.config.seed}"
+        split = "" if self.split == "loo" else f"/{self.split}"
+        return f"{self.dataset}{split}/{self.model}/lr{self.config.lr:g}/s{self.config.seed}"
 
     @property
     def tunes(self) -> bool:
@@ -88,14 +90,14 @@ class HeadlineJob:
 
 
 @functools.lru_cache(maxsize=None)
-def _dataset(name: str):
-    return load_dataset(name)
+def _dataset(name: str, split: str):
+    return load_dataset(name, split=split)
 
 
 def train_cell(job: HeadlineJob) -> dict:
     """Worker entry: train one cell; returns {"status": "finished", "record": ...}, or status "diverged"
     when the scores were not finite before any epoch validated (a rate too high for the backbone)."""
-    dataset = _dataset(job.dataset)
+    dataset = _dataset(job.dataset, job.split)
     started = time.time()
     try:
         result = fit(dataset, job.model, job.config)

@@ -62,6 +62,14 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def pipe_table(header: list[str], rows: list[list[str]], align: str) -> str:
+    """A markdown table: ``align`` holds one letter per column, l (left) or r (right)."""
+    if len(align) != len(header) or any(len(row) != len(header) for row in rows):
+        raise ValueError(f"pipe_table: {len(header)} columns, align {align!r}, rows of {sorted({len(r) for r in rows})}")
+    rule = "|" + "|".join("---" if side == "l" else "---:" for side in align) + "|"
+    return "\n".join(["| " + " | ".join(header) + " |", rule, *("| " + " | ".join(row) + " |" for row in rows)])
+
+
 def markdown_table(summary: pd.DataFrame) -> str:
     """Markdown rows with the best mean of each metric in bold."""
     header = ["Model", *(COLUMN_TITLES[name] for name in METRIC_NAMES), "Params", "Seeds"]
