@@ -12,6 +12,9 @@
 # committed lines and the new ones), headline_v2_case_ranks.new.jsonl (the new runs' lines only: with
 # the committed ones the file outgrows the 16 MiB a device call returns), headline.records.jsonl and
 # headline_log.txt; results/README.md ("Reproducing") says how to merge and import them here.
+# SPLIT_WORKERS=N (default 0) also runs the split study (prism_rec/split_study.py) beside the grid on N
+# more workers through the same MPS server, for the same budget; it writes split_manifest.jsonl,
+# split_case_ranks.jsonl (the new lines only) and split_log.txt into OUT_DIR/split.
 set -uo pipefail
 out=${1:?usage: benchmarks/headline_gpu.sh OUT_DIR}
 : "${PRISM_REC_GIT_COMMIT:?set PRISM_REC_GIT_COMMIT to the commit this tree is (the copy has no .git)}"
@@ -29,10 +32,26 @@ datasets=${DATASETS:-ml-100k,yelp-iclrec,electronics-gerec,books-dealrec,movies-
 budget=${BUDGET:-520}
 # runs still in flight at the budget are abandoned within seconds; the timeout guards the call's limit
 committed_case_ranks=$(stat -c %s "$out/headline_v2_case_ranks.jsonl" 2>/dev/null || echo 0)
+split_pid=
+if [ "${SPLIT_WORKERS:-0}" -gt 0 ]; then
+    mkdir -p "$out/split"
+    timeout $((budget + 45)) python3 -m prism_rec.split_study run --out "$out/split" --workers "$SPLIT_WORKERS" \
+        --budget "$budget" --device "$device" > "$out/split/split_log.txt" 2>&1 &
+    split_pid=$!
+fi
 timeout $((budget + 45)) python3 -m prism_rec.headline run --out "$out" --datasets "$datasets" \
     --models "${MODELS:-all}" --workers "$workers" --budget "$budget" --device "$device" \
     > "$out/headline_log.txt" 2>&1
 status=$?
+if [ -n "$split_pid" ]; then
+    wait "$split_pid" || status=1
+    committed_split=$(stat -c %s results/split_case_ranks.jsonl 2>/dev/null || echo 0)
+    if [ -f "$out/split/split_case_ranks.jsonl" ]; then
+        tail -c +$((committed_split + 1)) "$out/split/split_case_ranks.jsonl" \
+            > "$out/split/split_case_ranks.new.jsonl" && rm "$out/split/split_case_ranks.jsonl"
+    fi
+    tail -n 3 "$out/split/split_log.txt"
+fi
 if [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ]; then echo quit | nvidia-cuda-mps-control; fi
 if [ -f "$out/headline_v2_case_ranks.jsonl" ]; then
     tail -c +$((committed_case_ranks + 1)) "$out/headline_v2_case_ranks.jsonl" \
