@@ -50,6 +50,14 @@ def test_compiled_encoder_matches_eager(backbone):
     assert gaps["output"] < 1e-5 and gaps["gradients"] < 1e-4, gaps
 
 
+def test_graphs_mode_runs_the_cudagraphs_backend_eagerly_on_cpu():
+    """The "graphs" wiring (torch.compile's cudagraphs backend, which runs a CPU graph without CUDA graphs)."""
+    torch.manual_seed(0)
+    model = SequentialRecommender(40, "prism", d_model=16, max_len=12, dropout=0.0, n_layers=1, n_heads=2)
+    gaps = gaps_to_eager(model, "graphs", padded_items())
+    assert gaps["output"] < 1e-5 and gaps["gradients"] < 1e-4, gaps
+
+
 def test_compiled_encoder_refuses_a_larger_batch():
     model = SequentialRecommender(40, "sasrec", d_model=16, max_len=12, dropout=0.0)
     with pytest.raises(ValueError, match="larger than the compiled 2"):
