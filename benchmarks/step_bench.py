@@ -555,7 +555,9 @@ def main(argv: list[str] | None = None) -> None:
     checks = []
     if device.type == "cuda" and "fused" in loss_paths and not args.no_steps:
         checks += ["Fused loss against the chunked one (stops the run when they differ):", *check_fused(device), ""]
-    compiled_checks = check_compiled(trained_backbones(parse_list(args.check_compiled, [])), compile_modes, device)
+    # on CUDA also TorchInductor without CUDA graphs, which tells a failure of the graphs from one of the compiler
+    check_modes = list(dict.fromkeys([*compile_modes, "inductor"] if device.type == "cuda" else compile_modes))
+    compiled_checks = check_compiled(trained_backbones(parse_list(args.check_compiled, [])), check_modes, device)
     if compiled_checks:
         checks += ["Compiled encoder against eager (fp32, TF32 off, dropout 0):", *compiled_checks, ""]
     report = Report(args.out_dir, header, checks, solo_modes[-1] if args.datasets and solo_modes else None, command)

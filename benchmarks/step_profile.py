@@ -1,12 +1,14 @@
 """Where a training step's time goes: torch.profiler over real batches of a dataset, per backbone.
 
-    python benchmarks/step_profile.py --dataset books-dealrec --models prism,sasrec [--steps 20] [--out FILE]
+    python benchmarks/step_profile.py --dataset books-dealrec --models prism,sasrec [--steps 20] [--compile MODE]
+                                      [--out FILE]
 
 For each backbone it trains ``--warmup`` steps, then profiles ``--steps`` steps of the headline settings
 (d_model 64, 2 layers, batch 256, the dataset's window) and reports the wall time per step, the device
 time per step (CUDA kernels; on CPU the operators' self time), the number of kernel launches per step and
 the operators that take the most device time. Wall time far above device time means the step is bound by
-launches and Python, not by the GPU. The markdown table goes to stdout and, with ``--out``, to a file.
+launches and Python, not by the GPU. ``--compile`` profiles the compiled step of prism_rec/compile.py
+(off, inductor, cudagraphs, graphs, auto). The markdown table goes to stdout and, with ``--out``, to a file.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from prism_rec.compile import optimizer_options, resolve_compile, training_encoder
 from prism_rec.data.batching import training_windows
 from prism_rec.data.sources import load_dataset
 from prism_rec.files import write_atomically
@@ -29,12 +32,15 @@ from prism_rec.train import NextItemObjective, build_model, resolve_device, set_
 TOP_OPERATORS = 6
 
 
-def profile_backbone(dataset, backbone: str, device: torch.device, warmup: int, steps: int) -> dict:
+def profile_backbone(dataset, backbone: str, device: torch.device, warmup: int, steps: int,
+                     compile_mode: str = "off") -> dict:
     config = training_config(dataset.name, backbone, 0, str(device), {}, lr=1e-3)  # a step costs the same at any rate
     set_seed(0)
     model = build_model(dataset, backbone, config).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
+                                  **optimizer_options(compile_mode, device))
     objective = NextItemObjective(model, config, torch.Generator(device=device).manual_seed(0))
+    objective.encode = training_encoder(model, config.batch_size, compile_mode)
     windows = torch.from_numpy(training_windows(dataset, config.max_len))  # [W, T + 1]
     batches = torch.randperm(len(windows), generator=torch.Generator().manual_seed(0)).split(config.batch_size)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
@@ -83,18 +89,21 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--compile", default="off", help="step mode (prism_rec/compile.py)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     device = resolve_device(args.device)
+    compile_mode = resolve_compile(args.compile, device)
     dataset = load_dataset(args.dataset)
     unit = "CUDA kernel" if device.type == "cuda" else "operator self CPU"
-    rows = [profile_backbone(dataset, name, device, args.warmup, args.steps) for name in args.models.split(",")]
+    rows = [profile_backbone(dataset, name, device, args.warmup, args.steps, compile_mode)
+            for name in args.models.split(",")]
     lines = [
         f"# Training-step profile: {args.dataset} on {machine_description(device)}",
         "",
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; command "
         f"`python benchmarks/step_profile.py --dataset {args.dataset} --models {args.models} --device {args.device} "
-        f"--warmup {args.warmup} --steps {args.steps}`. Headline settings (d_model 64, 2 layers, batch 256, bf16 "
+        f"--warmup {args.warmup} --steps {args.steps} --compile {args.compile}` (step mode {compile_mode}). Headline settings (d_model 64, 2 layers, batch 256, bf16 "
         f"autocast on CUDA); one step = forward, backward, AdamW. Device time = {unit} time per step.",
         "",
         f"| backbone | wall ms/step | device ms/step | {'kernel launches' if device.type == 'cuda' else 'operator calls'}"
