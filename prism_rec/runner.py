@@ -249,14 +249,18 @@ def _mlflow_run(**kwargs):
 
 def _train_child(world: distributed.World, dataset, dataset_name: str, model: str, run_config: TrainConfig,
                  planned: Planned, path: Path, run_id: str) -> dict:
-    """Train one (model, seed) inside its active child run: params (new run), the epochs a resumed
-    checkpoint holds that the run lacks, config.json, per-epoch metrics, then the result."""
+    """Train one (model, seed) inside its active child run: params (a new run; a resumed one loses the
+    error tag of a crash), the epochs a resumed checkpoint holds that the run lacks, config.json,
+    per-epoch metrics, then the result."""
     import mlflow
 
+    client = mlflow.MlflowClient()
     if planned.child_id is None:
         mlflow.log_params({"model": model, **{f"data.{k}": v for k, v in dataset.options.items()},
                            **run_config.params()})
-    logged = {metric.step for metric in mlflow.MlflowClient().get_metric_history(run_id, "valid_auc")}
+    elif "error" in client.get_run(run_id).data.tags:  # a crashed run resumed: its error is history
+        client.delete_tag(run_id, "error")
+    logged = {metric.step for metric in client.get_metric_history(run_id, "valid_auc")}
     for step, row in enumerate(planned.history):
         if step not in logged:
             mlflow.log_metrics(row, step=step)
