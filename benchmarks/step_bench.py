@@ -62,7 +62,7 @@ HEADLINE_DATASETS = ("ml-100k", "yelp-iclrec", "electronics-gerec", "books-dealr
 SOLO_COLUMNS = ("dataset", "model", "tokens_per_s", "step_ms", "batch_size", "max_len", "n_items", "dtype", "machine",
                 "command", "compile")
 STEP_COLUMNS = ("section", "model", "seq_len", "n_items", "batch_size", "loss_path", "compile", "dtype", "step_ms",
-                "peak_memory_gib", "target_tokens", "status")
+                "peak_memory_gib", "target_tokens", "status", "warmup_s")
 TOP_OPERATORS = 8
 
 
@@ -174,7 +174,7 @@ def step_cell(section: str, backbone: str, n_items: int, length: int, loss_path:
               device, budget: Budget) -> dict:
     row = {"section": section, "model": backbone, "seq_len": length, "n_items": n_items, "batch_size": args.batch_size,
            "loss_path": loss_path, "compile": compile_mode, "dtype": dtype_label(device), "step_ms": "",
-           "peak_memory_gib": "", "target_tokens": args.batch_size * length, "status": "ok"}
+           "peak_memory_gib": "", "target_tokens": args.batch_size * length, "status": "ok", "warmup_s": ""}
     if budget.spent():
         row["status"] = "skipped: time budget"
         return row
@@ -183,7 +183,9 @@ def step_cell(section: str, backbone: str, n_items: int, length: int, loss_path:
         trainer = Trainer(n_items, backbone, length, args, device, loss_path, compile_mode)
         reset_memory(device)
         batches = random_windows(n_items, args.batch_size, length, 4)
+        started = time.perf_counter()
         times = timed_steps(trainer, batches, args.warmup, args.steps, args.cell_seconds)
+        row["warmup_s"] = f"{time.perf_counter() - started - sum(times) / 1000:.1f}"  # compilation included
         row["step_ms"] = f"{statistics.median(times):.3f}"
         memory = peak_memory_gib(device)
         row["peak_memory_gib"] = "" if memory is None else f"{memory:.2f}"
@@ -361,7 +363,12 @@ def step_markdown(rows: list[dict], profiles: list[dict], solo_rows: list[dict],
                   "|---|" + "---:|" * len(columns)]
         for model in dict.fromkeys(r["model"] for r in own):
             lines.append(f"| {model} | " + " | ".join(ms_cell(cells.get((model, *column))) for column in columns) + " |")
-        lines += ["", *speedup_lines(own), ""]
+        warmups = [f"{r['model']} T {r['seq_len']} {r['compile']} {r['warmup_s']}" for r in own
+                   if r["status"] == "ok" and r["compile"] != "off"]
+        lines += ["", *speedup_lines(own)]
+        if warmups:
+            lines.append("Warm-up seconds of the compiled cells (compilation included): " + "; ".join(warmups) + ".")
+        lines.append("")
     if profiles:
         lines += ["## Where the time goes (torch.profiler; top operators by device time, ms per step)", "",
                   "Wall ms far above device ms: the step waits on launches and Python, not on the GPU.", "",

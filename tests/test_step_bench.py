@@ -68,6 +68,8 @@ def test_compiled_and_eager_columns_speedups_and_time_budget(step_bench, tmp_pat
     assert "- gated_deltanet, compile inductor: relative gap of the output " in report
     assert "Speed-up of the compiled step over eager: gated_deltanet T 6 chunked inductor " in report
     assert "All 1 backbones measured both ways at T 6 (chunked), one step of each: eager " in report
+    assert "Warm-up seconds of the compiled cells (compilation included): gated_deltanet T 6 inductor " in report
+    assert float(steps[1]["warmup_s"]) > 0
     step_bench.main(["--device", "cpu", "--items", "50", "--models", "sasrec", "--lengths", "6", "--batch-size", "2",
                      "--d-model", "8", "--books-models", "", "--loss-path", "chunked", "--time-budget", "0",
                      "--datasets", "ml-100k", "--out-dir", str(tmp_path / "b")])
