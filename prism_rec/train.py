@@ -64,7 +64,7 @@ class TrainConfig:
     progress: bool = True
     backbone_options: dict = field(default_factory=dict)
     precision: str = "bf16"
-    compile: str = "off"  # the training step through torch.compile (prism_rec/compile.py): off, auto, inductor, cudagraphs
+    compile: str = "off"  # the training step through torch.compile (prism_rec/compile.py): off, auto, inductor, cudagraphs, graphs
 
     def validate(self) -> None:
         if self.loss not in LOSSES:
