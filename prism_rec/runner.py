@@ -24,6 +24,7 @@ import inspect
 import re
 import shlex
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -195,7 +196,7 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
                 print(f"[{index}/{len(keys)}] {model} seed {seed}: finished before the interruption, kept")
                 continue
             print(f"[{index}/{len(keys)}] {model} seed {seed}"
-                  + (f": resuming from {path} after epoch {len(planned.history)}" if planned.action == RESUME else ""))
+                  + (f": resuming from {path} ({len(planned.history)} epoch(s) done)" if planned.action == RESUME else ""))
             child_tags = {**tags, "prism_rec_role": "child", "model": model, "seed": str(seed),
                           "config_hash": run_hash_for(model, seed), "mlflow.parentRunId": parent.info.run_id}
             try:
@@ -302,18 +303,18 @@ def _plan(experiment: str, bench_hash: str, keys: list[tuple[str, int]], run_has
           checkpoint_for: Callable[[str, int], Path], resume: bool, dataset, config: TrainConfig,
           world_size: int) -> tuple[str | None, dict[tuple[str, int], Planned]]:
     """The parent run to reopen (None: a new one) and what to do with each (model, seed) that is not
-    trained from scratch. Refuses a run that a live process trains, a checkpoint without ``resume``, and
-    an unreadable or foreign checkpoint, each with a message naming it."""
+    trained from scratch. Refuses a run that a live process of this host trains, a checkpoint without
+    ``resume``, and an unreadable or foreign checkpoint, each with a message naming it."""
     import mlflow
 
     hashes = {run_hash_for(*key): key for key in keys}
     running = mlflow.search_runs([experiment], filter_string="attributes.status = 'RUNNING' and "
-                                 "tags.prism_rec_role = 'child'")
-    for _, run in running.iterrows():
-        if run.get("tags.config_hash") in hashes:
+                                 f"tags.prism_rec_role = 'child' and tags.prism_rec_host = '{socket.gethostname()}'")
+    for _, run in running.iterrows():  # runs of dead processes were marked KILLED just before
+        if run["tags.config_hash"] in hashes:
             model, seed = hashes[run["tags.config_hash"]]
-            raise ValueError(f"{model} seed {seed} is being trained by process {run.get('tags.prism_rec_pid')} on "
-                             f"{run.get('tags.prism_rec_host')} (MLflow run {run['run_id']}); wait for it or stop it")
+            raise ValueError(f"{model} seed {seed} is being trained by process {run['tags.prism_rec_pid']} "
+                             f"(MLflow run {run['run_id']}); wait for it or stop it")
     checkpoints = {key: checkpoint_for(*key) for key in keys if checkpoint_for(*key).exists()}
     if not resume:
         if checkpoints:

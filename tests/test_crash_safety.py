@@ -216,3 +216,17 @@ def test_unknown_dataset_is_an_option_error():
 
     with pytest.raises(OptionError, match="option --dataset: unknown dataset 'nope'"):
         check_bench_options("nope", ["sasrec"], TrainConfig(), {})
+
+
+def test_a_run_that_a_live_process_trains_is_not_trained_twice(raw, store):
+    from prism_rec.records import run_hash
+
+    dataset = load_dataset("sequence-text", raw_dir=raw)
+    tags = {**process_tags(), "prism_rec_role": "child",
+            "config_hash": run_hash("sequence-text", dataset.options, "sasrec", config(seed=0))}
+    mlflow.start_run(experiment_id=experiment_id("sequence-text"), run_name="sasrec-s0", tags=tags)
+    mlflow.end_run(status="RUNNING")  # this test's own process: alive
+    with pytest.raises(ValueError, match=f"sasrec seed 0 is being trained by process {os.getpid()}"):
+        bench("sequence-text", ["sasrec"], [0], config(), {"raw_dir": raw}, store / "results",
+              checkpoint_dir=store / "checkpoints")
+    assert len(runs()) == 1
