@@ -6,7 +6,7 @@ import os
 from .chunk import chunk_delta_scan
 from .naive import naive_delta_scan
 
-BACKENDS = ("auto", "naive", "torch", "triton")
+BACKENDS = ("auto", "naive", "torch", "triton", "chunk_parallel")
 
 
 def _check_shape(name, tensor, expected, described):
@@ -40,8 +40,8 @@ def _validate(q, k, v, g, beta, extra_k, extra_v, initial_state, backend):
         _check_shape("extra_v", extra_v, (B, T, H, L, V), "[B, T, H, L, V]")
     if initial_state is not None:
         _check_shape("initial_state", initial_state, (B, H, K, V), "[B, H, K, V]")
-    if backend == "triton" and not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError("backend 'triton' needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors)")
+    if backend in ("triton", "chunk_parallel") and not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"backend {backend!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors)")
     for name, tensor in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("extra_k", extra_k), ("extra_v", extra_v), ("initial_state", initial_state)):
         if tensor is not None and not tensor.is_floating_point():
             raise ValueError(f"{name} must be a floating-point tensor, got {tensor.dtype}")
@@ -61,8 +61,10 @@ def delta_scan(q, k, v, g, beta=None, extra_k=None, extra_v=None, scale=None, in
     q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H] (log-decay, <= 0); beta: [B, T, H] or None;
     extra_k: [B, T, H, L, K] and extra_v: [B, T, H, L, V] or None; initial_state: [B, H, K, V] or None.
     scale defaults to K ** -0.5. Returns (o [B, T, H, V] in v's dtype, final state [B, H, K, V] fp32
-    or None). backend: "naive" (per-token loop), "torch" (chunked PyTorch), "triton" (fused kernels),
-    "auto" (triton on CUDA when installed, torch elsewhere).
+    or None). backend: "naive" (per-token loop), "torch" (chunked PyTorch), "triton" (fused kernels, one
+    program per (batch, head) walking all chunks), "chunk_parallel" (Triton, intra-chunk work parallel over
+    chunks, only the state recurrence sequential; kernels/chunk_parallel.py), "auto" (triton on CUDA when
+    installed, torch elsewhere).
     """
     _validate(q, k, v, g, beta, extra_k, extra_v, initial_state, backend)
     if scale is None:
@@ -73,6 +75,10 @@ def delta_scan(q, k, v, g, beta=None, extra_k=None, extra_v=None, scale=None, in
         o, final_state = naive_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state)
     elif backend == "torch":
         o, final_state = chunk_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state)
+    elif backend == "chunk_parallel":
+        from .chunk_parallel import chunk_parallel_delta_scan
+
+        o, final_state = chunk_parallel_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state)
     else:
         from .triton_chunk import triton_delta_scan
 

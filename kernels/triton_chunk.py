@@ -82,6 +82,21 @@ def _masked_decay(G, mask):
 
 
 @triton.jit
+def _chunk_inverse(k, G, beta, PRECISION: tl.constexpr, BT: tl.constexpr):
+    """(I + A)^{-1} [BT, BT] of one chunk, A[t, s] = beta_t exp(G_t - G_s) (k_t . k_s) for s < t."""
+    tokens = tl.arange(0, BT)
+    A = beta[:, None] * _masked_decay(G, tokens[:, None] > tokens[None, :]) * tl.dot(k, tl.trans(k), input_precision=PRECISION)
+    return _unit_lower_inverse(A, BT)
+
+
+@triton.jit
+def _chunk_tokens(b, h, chunk, T, H, BT: tl.constexpr):
+    """Token indices t [BT] of a chunk (some past T in the last one) and their rows (b * T + t) * H + h."""
+    t = chunk * BT + tl.arange(0, BT)
+    return t, (b * T + t) * H + h
+
+
+@triton.jit
 def _chunk_inverse_kernel(k_ptr, g_ptr, beta_ptr, inverse_ptr, T, H, K, NT,
                           PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
     """(I + A)^{-1} of every chunk, in parallel over chunks: it does not depend on the state."""
@@ -91,14 +106,79 @@ def _chunk_inverse_kernel(k_ptr, g_ptr, beta_ptr, inverse_ptr, T, H, K, NT,
     h = bh % H
     tokens = tl.arange(0, BT)
     cols_k = tl.arange(0, BK)
-    t = chunk * BT + tokens
-    token_row = (b * T + t) * H + h
+    t, token_row = _chunk_tokens(b, h, chunk, T, H, BT)
     k = tl.load(k_ptr + token_row[:, None] * K + cols_k[None, :], mask=(t[:, None] < T) & (cols_k[None, :] < K), other=0.0).to(tl.float32)
     g = tl.load(g_ptr + token_row, mask=t < T, other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + token_row, mask=t < T, other=0.0).to(tl.float32)
-    A = beta[:, None] * _masked_decay(tl.cumsum(g, 0), tokens[:, None] > tokens[None, :]) * tl.dot(k, tl.trans(k), input_precision=PRECISION)
     inverse_offsets = ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :]
-    tl.store(inverse_ptr + inverse_offsets, _unit_lower_inverse(A, BT))
+    tl.store(inverse_ptr + inverse_offsets, _chunk_inverse(k, tl.cumsum(g, 0), beta, PRECISION, BT))
+
+
+@triton.jit
+def _state_block(v0, K, V, BK: tl.constexpr, BV: tl.constexpr):
+    """Offsets [BK, BV] of the value block starting at column v0 of a [K, V] state, and their mask."""
+    cols_k = tl.arange(0, BK)
+    cols_v = v0 + tl.arange(0, BV)
+    return cols_k[:, None] * V + cols_v[None, :], (cols_k[:, None] < K) & (cols_v[None, :] < V)
+
+
+@triton.jit
+def _given_or_zeros(ptr, offsets, mask, GIVEN: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """A state block in fp32, loaded from ptr + offsets when GIVEN, else zeros."""
+    block = tl.zeros([BK, BV], dtype=tl.float32)
+    if GIVEN:
+        block = tl.load(ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    return block
+
+
+@triton.jit
+def _chunk_forward(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_ptr, o_ptr, state,
+                   b, h, bh, chunk, v0, scale, T, H, K, V, L, NT,
+                   HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, WITH_STATE: tl.constexpr, PRECISION: tl.constexpr,
+                   BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """One chunk from the state at its start, state [BK, BV] (taken as zero when not WITH_STATE): stores
+    scale * o of its tokens at o_ptr ([B, T, H, V], any float dtype) and returns the state at its end."""
+    t0 = chunk * BT
+    q, k, v, g, beta = _load_chunk(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, b, h, t0, v0, T, H, K, V, HAS_BETA, BT, BK, BV)
+    tokens = tl.arange(0, BT)
+    cols_v = v0 + tl.arange(0, BV)
+    G = tl.cumsum(g, 0)
+    G_last = tl.sum(g, 0)
+    gamma = tl.exp(G)
+    to_end = tl.exp(G_last - G)
+    decay_incl = _masked_decay(G, tokens[:, None] >= tokens[None, :])
+    decay_strict = _masked_decay(G, tokens[:, None] > tokens[None, :])
+    if WITH_STATE:
+        o = gamma[:, None] * tl.dot(q, state, input_precision=PRECISION)
+        next_state = tl.exp(G_last) * state
+    else:
+        o = tl.zeros([BT, BV], dtype=tl.float32)
+        next_state = tl.zeros([BK, BV], dtype=tl.float32)
+    if HAS_BETA:
+        rhs = beta[:, None] * v
+        if WITH_STATE:
+            rhs -= (beta * gamma)[:, None] * tl.dot(k, state, input_precision=PRECISION)
+    # extra writes l = 0..L-1: key/value rows with the decay of their token and no erase of their own
+    if HAS_EXTRA:
+        for l in range(L):
+            offsets_k, mask_k, offsets_v, mask_v = _extra_offsets(b, h, t0, v0, l, T, H, K, V, L, BT, BK, BV)
+            ek = tl.load(ek_ptr + offsets_k, mask=mask_k, other=0.0).to(tl.float32)
+            ev = tl.load(ev_ptr + offsets_v, mask=mask_v, other=0.0).to(tl.float32)
+            o += tl.dot(decay_incl * tl.dot(q, tl.trans(ek), input_precision=PRECISION), ev, input_precision=PRECISION)
+            next_state += tl.dot(tl.trans(ek * to_end[:, None]), ev, input_precision=PRECISION)
+            if HAS_BETA:
+                erase_seen = beta[:, None] * decay_strict * tl.dot(k, tl.trans(ek), input_precision=PRECISION)
+                rhs -= tl.dot(erase_seen, ev, input_precision=PRECISION)
+    if HAS_BETA:
+        inverse = tl.load(inverse_ptr + ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :])
+        u = tl.dot(inverse, rhs, input_precision=PRECISION)  # [BT, BV]
+    else:
+        u = v
+    o += tl.dot(decay_incl * tl.dot(q, tl.trans(k), input_precision=PRECISION), u, input_precision=PRECISION)
+    t = t0 + tokens
+    o_offsets = ((b * T + t) * H + h)[:, None] * V + cols_v[None, :]
+    tl.store(o_ptr + o_offsets, (scale * o).to(o_ptr.dtype.element_ty), mask=(t[:, None] < T) & (cols_v[None, :] < V))
+    return next_state + tl.dot(tl.trans(k * to_end[:, None]), u, input_precision=PRECISION)
 
 
 @triton.jit
@@ -112,55 +192,147 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, s0_ptr
     b = bh // H
     h = bh % H
     v0 = v_block * BV
-    cols_k = tl.arange(0, BK)
-    cols_v = v0 + tl.arange(0, BV)
-    state_offsets = cols_k[:, None] * V + cols_v[None, :]  # [BK, BV]
-    state_mask = (cols_k[:, None] < K) & (cols_v[None, :] < V)
-    if HAS_INITIAL:
-        state = tl.load(s0_ptr + bh * K * V + state_offsets, mask=state_mask, other=0.0).to(tl.float32)
-    else:
-        state = tl.zeros([BK, BV], dtype=tl.float32)
+    state_offsets, state_mask = _state_block(v0, K, V, BK, BV)  # [BK, BV]
+    state = _given_or_zeros(s0_ptr + bh * K * V, state_offsets, state_mask, HAS_INITIAL, BK, BV)
+    for n in range(NT):
+        chunk = tl.cast(n, tl.int64)
+        if STORE_CHUNK_STATES:
+            tl.store(chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, state, mask=state_mask)
+        state = _chunk_forward(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_ptr, o_ptr, state,
+                               b, h, bh, chunk, v0, scale, T, H, K, V, L, NT,
+                               HAS_BETA, HAS_EXTRA, True, PRECISION, BT, BK, BV)
+    tl.store(final_ptr + bh * K * V + state_offsets, state, mask=state_mask)
+
+
+@triton.jit
+def _partial_sum_slots(dq_ptr, dk_ptr, dg_ptr, dbeta_ptr, dek_ptr, v_block, B, T, H, K, L):
+    """Value block v_block writes its partial sums of dq, dk, dg, dbeta and d(extra_k) at slot v_block."""
+    tokens_total = tl.cast(v_block, tl.int64) * B * T * H
+    return (dq_ptr + tokens_total * K, dk_ptr + tokens_total * K, dg_ptr + tokens_total, dbeta_ptr + tokens_total,
+            dek_ptr + tokens_total * L * K)
+
+
+@triton.jit
+def _chunk_backward(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_ptr, do_ptr,
+                    dq_ptr, dk_ptr, dv_ptr, dg_ptr, dbeta_ptr, dek_ptr, dev_ptr, state, d_state,
+                    b, h, bh, chunk, v0, scale, T, H, K, V, L, NT,
+                    HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, PRECISION: tl.constexpr,
+                    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """Gradients of one chunk's inputs, given the state at its start and d(state) at its end (both
+    [BK, BV]) and d_o: stores them (key-side ones as this value block's partial sums) and returns
+    d(state) at its start."""
     tokens = tl.arange(0, BT)
     inclusive = tokens[:, None] >= tokens[None, :]
     strict = tokens[:, None] > tokens[None, :]
-    for n in range(NT):
-        chunk = tl.cast(n, tl.int64)
-        t0 = chunk * BT
-        q, k, v, g, beta = _load_chunk(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, b, h, t0, v0, T, H, K, V, HAS_BETA, BT, BK, BV)
-        if STORE_CHUNK_STATES:
-            tl.store(chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, state, mask=state_mask)
-        G = tl.cumsum(g, 0)
-        G_last = tl.sum(g, 0)
-        gamma = tl.exp(G)
-        to_end = tl.exp(G_last - G)
-        decay_incl = _masked_decay(G, inclusive)
-        decay_strict = _masked_decay(G, strict)
-        o = gamma[:, None] * tl.dot(q, state, input_precision=PRECISION)
-        next_state = tl.exp(G_last) * state
-        if HAS_BETA:
-            rhs = beta[:, None] * v - (beta * gamma)[:, None] * tl.dot(k, state, input_precision=PRECISION)
-        # extra writes l = 0..L-1: key/value rows with the decay of their token and no erase of their own
+    cols_k = tl.arange(0, BK)
+    cols_v = v0 + tl.arange(0, BV)
+    t0 = chunk * BT
+    q, k, v, g, beta = _load_chunk(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, b, h, t0, v0, T, H, K, V, HAS_BETA, BT, BK, BV)
+    t = t0 + tokens
+    token_row = (b * T + t) * H + h
+    mask_v = (t[:, None] < T) & (cols_v[None, :] < V)
+    mask_k = (t[:, None] < T) & (cols_k[None, :] < K)
+    d_o = scale * tl.load(do_ptr + token_row[:, None] * V + cols_v[None, :], mask=mask_v, other=0.0).to(tl.float32)
+    G = tl.cumsum(g, 0)
+    G_last = tl.sum(g, 0)
+    gamma = tl.exp(G)
+    to_end = tl.exp(G_last - G)
+    decay_incl = _masked_decay(G, inclusive)
+    decay_strict = _masked_decay(G, strict)
+    # recompute u, the values written after the erase
+    if HAS_BETA:
+        kk = tl.dot(k, tl.trans(k), input_precision=PRECISION)
+        A = beta[:, None] * decay_strict * kk
+        ks = tl.dot(k, state, input_precision=PRECISION)  # [BT, BV]
+        rhs = beta[:, None] * v - (beta * gamma)[:, None] * ks
         if HAS_EXTRA:
             for l in range(L):
-                offsets_k, mask_k, offsets_v, mask_v = _extra_offsets(b, h, t0, v0, l, T, H, K, V, L, BT, BK, BV)
-                ek = tl.load(ek_ptr + offsets_k, mask=mask_k, other=0.0).to(tl.float32)
-                ev = tl.load(ev_ptr + offsets_v, mask=mask_v, other=0.0).to(tl.float32)
-                o += tl.dot(decay_incl * tl.dot(q, tl.trans(ek), input_precision=PRECISION), ev, input_precision=PRECISION)
-                next_state += tl.dot(tl.trans(ek * to_end[:, None]), ev, input_precision=PRECISION)
-                if HAS_BETA:
-                    erase_seen = beta[:, None] * decay_strict * tl.dot(k, tl.trans(ek), input_precision=PRECISION)
-                    rhs -= tl.dot(erase_seen, ev, input_precision=PRECISION)
-        if HAS_BETA:
-            inverse = tl.load(inverse_ptr + ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :])
-            u = tl.dot(inverse, rhs, input_precision=PRECISION)  # [BT, BV]
-        else:
-            u = v
-        o += tl.dot(decay_incl * tl.dot(q, tl.trans(k), input_precision=PRECISION), u, input_precision=PRECISION)
-        state = next_state + tl.dot(tl.trans(k * to_end[:, None]), u, input_precision=PRECISION)
-        t = t0 + tokens
-        o_offsets = ((b * T + t) * H + h)[:, None] * V + cols_v[None, :]
-        tl.store(o_ptr + o_offsets, (scale * o).to(o_ptr.dtype.element_ty), mask=(t[:, None] < T) & (cols_v[None, :] < V))
-    tl.store(final_ptr + bh * K * V + state_offsets, state, mask=state_mask)
+                offsets_k, mask_ek, offsets_v, mask_ev = _extra_offsets(b, h, t0, v0, l, T, H, K, V, L, BT, BK, BV)
+                ek = tl.load(ek_ptr + offsets_k, mask=mask_ek, other=0.0).to(tl.float32)
+                ev = tl.load(ev_ptr + offsets_v, mask=mask_ev, other=0.0).to(tl.float32)
+                rhs -= tl.dot(beta[:, None] * decay_strict * tl.dot(k, tl.trans(ek), input_precision=PRECISION), ev, input_precision=PRECISION)
+        inverse = tl.load(inverse_ptr + ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :])
+        u = tl.dot(inverse, rhs, input_precision=PRECISION)
+    else:
+        u = v
+    # o = gamma * q S0 + (decay_incl * q k^T) u + sum_l (decay_incl * q ek_l^T) ev_l
+    scores = decay_incl * tl.dot(q, tl.trans(k), input_precision=PRECISION)
+    dq = gamma[:, None] * tl.dot(d_o, tl.trans(state), input_precision=PRECISION)
+    dG = tl.sum(dq * q, 1)
+    d_state_in = tl.dot(tl.trans(q * gamma[:, None]), d_o, input_precision=PRECISION)
+    d_scores = tl.where(inclusive, tl.dot(d_o, tl.trans(u), input_precision=PRECISION), 0.0)
+    du = tl.dot(tl.trans(scores), d_o, input_precision=PRECISION)
+    z = d_scores * scores
+    dG += tl.sum(z, 1) - tl.sum(z, 0)
+    d_qk = d_scores * decay_incl
+    dq += tl.dot(d_qk, k, input_precision=PRECISION)
+    dk = tl.dot(tl.trans(d_qk), q, input_precision=PRECISION)
+    # S1 = exp(G_last) S0 + k^T (to_end * u) + sum_l ek_l^T (to_end * ev_l)
+    k_ds = tl.dot(k, d_state, input_precision=PRECISION)  # [BT, BV]
+    dk += to_end[:, None] * tl.dot(u, tl.trans(d_state), input_precision=PRECISION)
+    du += to_end[:, None] * k_ds
+    z_end = to_end * tl.sum(k_ds * u, 1)
+    dG -= z_end
+    d_last = tl.exp(G_last) * tl.sum(tl.sum(state * d_state, 1), 0) + tl.sum(z_end, 0)
+    d_state_in += tl.exp(G_last) * d_state
+    # u = (I + A)^{-1} (beta v - beta gamma k S0 - sum_l (beta decay_strict k ek_l^T) ev_l)
+    if HAS_BETA:
+        d_rhs = tl.dot(tl.trans(inverse), du, input_precision=PRECISION)
+        dA = -tl.where(strict, tl.dot(d_rhs, tl.trans(u), input_precision=PRECISION), 0.0)
+        dv = beta[:, None] * d_rhs
+        d_rhs_ks = tl.sum(d_rhs * ks, 1)
+        dbeta = tl.sum(d_rhs * v, 1) - gamma * d_rhs_ks
+        dG -= beta * gamma * d_rhs_ks
+        dk -= (beta * gamma)[:, None] * tl.dot(d_rhs, tl.trans(state), input_precision=PRECISION)
+        d_state_in -= tl.dot(tl.trans(k * (beta * gamma)[:, None]), d_rhs, input_precision=PRECISION)
+        d_kk = dA * decay_strict * beta[:, None]
+        dk += tl.dot(d_kk, k, input_precision=PRECISION) + tl.dot(tl.trans(d_kk), k, input_precision=PRECISION)
+        dbeta += tl.sum(dA * decay_strict * kk, 1)
+        za = dA * A
+        dG += tl.sum(za, 1) - tl.sum(za, 0)
+    else:
+        dv = du
+    if HAS_EXTRA:
+        for l in range(L):
+            offsets_k, mask_ek, offsets_v, mask_ev = _extra_offsets(b, h, t0, v0, l, T, H, K, V, L, BT, BK, BV)
+            ek = tl.load(ek_ptr + offsets_k, mask=mask_ek, other=0.0).to(tl.float32)
+            ev = tl.load(ev_ptr + offsets_v, mask=mask_ev, other=0.0).to(tl.float32)
+            extra_scores = decay_incl * tl.dot(q, tl.trans(ek), input_precision=PRECISION)
+            d_extra_scores = tl.where(inclusive, tl.dot(d_o, tl.trans(ev), input_precision=PRECISION), 0.0)
+            dev = tl.dot(tl.trans(extra_scores), d_o, input_precision=PRECISION)
+            zx = d_extra_scores * extra_scores
+            dG += tl.sum(zx, 1) - tl.sum(zx, 0)
+            d_qek = d_extra_scores * decay_incl
+            dq += tl.dot(d_qek, ek, input_precision=PRECISION)
+            dek = tl.dot(tl.trans(d_qek), q, input_precision=PRECISION)
+            ek_ds = tl.dot(ek, d_state, input_precision=PRECISION)
+            dek += to_end[:, None] * tl.dot(ev, tl.trans(d_state), input_precision=PRECISION)
+            dev += to_end[:, None] * ek_ds
+            z_end_extra = to_end * tl.sum(ek_ds * ev, 1)
+            dG -= z_end_extra
+            d_last += tl.sum(z_end_extra, 0)
+            if HAS_BETA:
+                kek = tl.dot(k, tl.trans(ek), input_precision=PRECISION)
+                erase_seen = beta[:, None] * decay_strict * kek
+                d_erase_seen = -tl.where(strict, tl.dot(d_rhs, tl.trans(ev), input_precision=PRECISION), 0.0)
+                dev -= tl.dot(tl.trans(erase_seen), d_rhs, input_precision=PRECISION)
+                d_kek = d_erase_seen * decay_strict * beta[:, None]
+                dk += tl.dot(d_kek, ek, input_precision=PRECISION)
+                dek += tl.dot(tl.trans(d_kek), k, input_precision=PRECISION)
+                dbeta += tl.sum(d_erase_seen * decay_strict * kek, 1)
+                zb = d_erase_seen * erase_seen
+                dG += tl.sum(zb, 1) - tl.sum(zb, 0)
+            tl.store(dek_ptr + offsets_k, dek.to(dek_ptr.dtype.element_ty), mask=mask_ek)
+            tl.store(dev_ptr + offsets_v, dev.to(dev_ptr.dtype.element_ty), mask=mask_ev)
+    if HAS_BETA:
+        tl.store(dbeta_ptr + token_row, dbeta.to(dbeta_ptr.dtype.element_ty), mask=t < T)
+    # G_t = g_1 + ... + g_t, so dg_s = sum_{t >= s} dG_t; G_last is the sum of every g in the chunk
+    dg = tl.sum(dG, 0) - tl.cumsum(dG, 0) + dG + d_last
+    tl.store(dq_ptr + token_row[:, None] * K + cols_k[None, :], dq.to(dq_ptr.dtype.element_ty), mask=mask_k)
+    tl.store(dk_ptr + token_row[:, None] * K + cols_k[None, :], dk.to(dk_ptr.dtype.element_ty), mask=mask_k)
+    tl.store(dv_ptr + token_row[:, None] * V + cols_v[None, :], dv.to(dv_ptr.dtype.element_ty), mask=mask_v)
+    tl.store(dg_ptr + token_row, dg.to(dg_ptr.dtype.element_ty), mask=t < T)
+    return d_state_in
 
 
 @triton.jit
@@ -169,139 +341,22 @@ def _backward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, chunk
                      scale, T, H, K, V, L, NT,
                      HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_DFINAL: tl.constexpr,
                      PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    # value block v_block writes its partial sums of dq, dk, dg, dbeta, d(extra_k) at slot v_block
     v_block = tl.program_id(0)
     bh = tl.cast(tl.program_id(1), tl.int64)
     b = bh // H
     h = bh % H
     v0 = v_block * BV
-    tokens_total = tl.cast(v_block, tl.int64) * (tl.num_programs(1) // H) * T * H  # B * T * H per slot
-    dq_ptr += tokens_total * K
-    dk_ptr += tokens_total * K
-    dg_ptr += tokens_total
-    dbeta_ptr += tokens_total
-    dek_ptr += tokens_total * L * K
-    cols_k = tl.arange(0, BK)
-    cols_v = v0 + tl.arange(0, BV)
-    state_offsets = cols_k[:, None] * V + cols_v[None, :]
-    state_mask = (cols_k[:, None] < K) & (cols_v[None, :] < V)
-    if HAS_DFINAL:
-        d_state = tl.load(dfinal_ptr + bh * K * V + state_offsets, mask=state_mask, other=0.0).to(tl.float32)
-    else:
-        d_state = tl.zeros([BK, BV], dtype=tl.float32)
-    tokens = tl.arange(0, BT)
-    inclusive = tokens[:, None] >= tokens[None, :]
-    strict = tokens[:, None] > tokens[None, :]
+    dq_ptr, dk_ptr, dg_ptr, dbeta_ptr, dek_ptr = _partial_sum_slots(dq_ptr, dk_ptr, dg_ptr, dbeta_ptr, dek_ptr, v_block,
+                                                                    tl.num_programs(1) // H, T, H, K, L)
+    state_offsets, state_mask = _state_block(v0, K, V, BK, BV)
+    d_state = _given_or_zeros(dfinal_ptr + bh * K * V, state_offsets, state_mask, HAS_DFINAL, BK, BV)
     for i in range(NT):
         chunk = tl.cast(NT - 1 - i, tl.int64)
-        t0 = chunk * BT
-        q, k, v, g, beta = _load_chunk(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, b, h, t0, v0, T, H, K, V, HAS_BETA, BT, BK, BV)
         state = tl.load(chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, mask=state_mask, other=0.0)
-        t = t0 + tokens
-        token_row = (b * T + t) * H + h
-        mask_v = (t[:, None] < T) & (cols_v[None, :] < V)
-        mask_k = (t[:, None] < T) & (cols_k[None, :] < K)
-        d_o = scale * tl.load(do_ptr + token_row[:, None] * V + cols_v[None, :], mask=mask_v, other=0.0).to(tl.float32)
-        G = tl.cumsum(g, 0)
-        G_last = tl.sum(g, 0)
-        gamma = tl.exp(G)
-        to_end = tl.exp(G_last - G)
-        decay_incl = _masked_decay(G, inclusive)
-        decay_strict = _masked_decay(G, strict)
-        # recompute u, the values written after the erase
-        if HAS_BETA:
-            kk = tl.dot(k, tl.trans(k), input_precision=PRECISION)
-            A = beta[:, None] * decay_strict * kk
-            ks = tl.dot(k, state, input_precision=PRECISION)  # [BT, BV]
-            rhs = beta[:, None] * v - (beta * gamma)[:, None] * ks
-            if HAS_EXTRA:
-                for l in range(L):
-                    offsets_k, mask_ek, offsets_v, mask_ev = _extra_offsets(b, h, t0, v0, l, T, H, K, V, L, BT, BK, BV)
-                    ek = tl.load(ek_ptr + offsets_k, mask=mask_ek, other=0.0).to(tl.float32)
-                    ev = tl.load(ev_ptr + offsets_v, mask=mask_ev, other=0.0).to(tl.float32)
-                    rhs -= tl.dot(beta[:, None] * decay_strict * tl.dot(k, tl.trans(ek), input_precision=PRECISION), ev, input_precision=PRECISION)
-            inverse = tl.load(inverse_ptr + ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :])
-            u = tl.dot(inverse, rhs, input_precision=PRECISION)
-        else:
-            u = v
-        # o = gamma * q S0 + (decay_incl * q k^T) u + sum_l (decay_incl * q ek_l^T) ev_l
-        scores = decay_incl * tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        dq = gamma[:, None] * tl.dot(d_o, tl.trans(state), input_precision=PRECISION)
-        dG = tl.sum(dq * q, 1)
-        d_state_in = tl.dot(tl.trans(q * gamma[:, None]), d_o, input_precision=PRECISION)
-        d_scores = tl.where(inclusive, tl.dot(d_o, tl.trans(u), input_precision=PRECISION), 0.0)
-        du = tl.dot(tl.trans(scores), d_o, input_precision=PRECISION)
-        z = d_scores * scores
-        dG += tl.sum(z, 1) - tl.sum(z, 0)
-        d_qk = d_scores * decay_incl
-        dq += tl.dot(d_qk, k, input_precision=PRECISION)
-        dk = tl.dot(tl.trans(d_qk), q, input_precision=PRECISION)
-        # S1 = exp(G_last) S0 + k^T (to_end * u) + sum_l ek_l^T (to_end * ev_l)
-        k_ds = tl.dot(k, d_state, input_precision=PRECISION)  # [BT, BV]
-        dk += to_end[:, None] * tl.dot(u, tl.trans(d_state), input_precision=PRECISION)
-        du += to_end[:, None] * k_ds
-        z_end = to_end * tl.sum(k_ds * u, 1)
-        dG -= z_end
-        d_last = tl.exp(G_last) * tl.sum(tl.sum(state * d_state, 1), 0) + tl.sum(z_end, 0)
-        d_state_in += tl.exp(G_last) * d_state
-        # u = (I + A)^{-1} (beta v - beta gamma k S0 - sum_l (beta decay_strict k ek_l^T) ev_l)
-        if HAS_BETA:
-            d_rhs = tl.dot(tl.trans(inverse), du, input_precision=PRECISION)
-            dA = -tl.where(strict, tl.dot(d_rhs, tl.trans(u), input_precision=PRECISION), 0.0)
-            dv = beta[:, None] * d_rhs
-            d_rhs_ks = tl.sum(d_rhs * ks, 1)
-            dbeta = tl.sum(d_rhs * v, 1) - gamma * d_rhs_ks
-            dG -= beta * gamma * d_rhs_ks
-            dk -= (beta * gamma)[:, None] * tl.dot(d_rhs, tl.trans(state), input_precision=PRECISION)
-            d_state_in -= tl.dot(tl.trans(k * (beta * gamma)[:, None]), d_rhs, input_precision=PRECISION)
-            d_kk = dA * decay_strict * beta[:, None]
-            dk += tl.dot(d_kk, k, input_precision=PRECISION) + tl.dot(tl.trans(d_kk), k, input_precision=PRECISION)
-            dbeta += tl.sum(dA * decay_strict * kk, 1)
-            za = dA * A
-            dG += tl.sum(za, 1) - tl.sum(za, 0)
-        else:
-            dv = du
-        if HAS_EXTRA:
-            for l in range(L):
-                offsets_k, mask_ek, offsets_v, mask_ev = _extra_offsets(b, h, t0, v0, l, T, H, K, V, L, BT, BK, BV)
-                ek = tl.load(ek_ptr + offsets_k, mask=mask_ek, other=0.0).to(tl.float32)
-                ev = tl.load(ev_ptr + offsets_v, mask=mask_ev, other=0.0).to(tl.float32)
-                extra_scores = decay_incl * tl.dot(q, tl.trans(ek), input_precision=PRECISION)
-                d_extra_scores = tl.where(inclusive, tl.dot(d_o, tl.trans(ev), input_precision=PRECISION), 0.0)
-                dev = tl.dot(tl.trans(extra_scores), d_o, input_precision=PRECISION)
-                zx = d_extra_scores * extra_scores
-                dG += tl.sum(zx, 1) - tl.sum(zx, 0)
-                d_qek = d_extra_scores * decay_incl
-                dq += tl.dot(d_qek, ek, input_precision=PRECISION)
-                dek = tl.dot(tl.trans(d_qek), q, input_precision=PRECISION)
-                ek_ds = tl.dot(ek, d_state, input_precision=PRECISION)
-                dek += to_end[:, None] * tl.dot(ev, tl.trans(d_state), input_precision=PRECISION)
-                dev += to_end[:, None] * ek_ds
-                z_end_extra = to_end * tl.sum(ek_ds * ev, 1)
-                dG -= z_end_extra
-                d_last += tl.sum(z_end_extra, 0)
-                if HAS_BETA:
-                    kek = tl.dot(k, tl.trans(ek), input_precision=PRECISION)
-                    erase_seen = beta[:, None] * decay_strict * kek
-                    d_erase_seen = -tl.where(strict, tl.dot(d_rhs, tl.trans(ev), input_precision=PRECISION), 0.0)
-                    dev -= tl.dot(tl.trans(erase_seen), d_rhs, input_precision=PRECISION)
-                    d_kek = d_erase_seen * decay_strict * beta[:, None]
-                    dk += tl.dot(d_kek, ek, input_precision=PRECISION)
-                    dek += tl.dot(tl.trans(d_kek), k, input_precision=PRECISION)
-                    dbeta += tl.sum(d_erase_seen * decay_strict * kek, 1)
-                    zb = d_erase_seen * erase_seen
-                    dG += tl.sum(zb, 1) - tl.sum(zb, 0)
-                tl.store(dek_ptr + offsets_k, dek.to(dek_ptr.dtype.element_ty), mask=mask_ek)
-                tl.store(dev_ptr + offsets_v, dev.to(dev_ptr.dtype.element_ty), mask=mask_ev)
-        if HAS_BETA:
-            tl.store(dbeta_ptr + token_row, dbeta.to(dbeta_ptr.dtype.element_ty), mask=t < T)
-        # G_t = g_1 + ... + g_t, so dg_s = sum_{t >= s} dG_t; G_last is the sum of every g in the chunk
-        dg = tl.sum(dG, 0) - tl.cumsum(dG, 0) + dG + d_last
-        tl.store(dq_ptr + token_row[:, None] * K + cols_k[None, :], dq.to(dq_ptr.dtype.element_ty), mask=mask_k)
-        tl.store(dk_ptr + token_row[:, None] * K + cols_k[None, :], dk.to(dk_ptr.dtype.element_ty), mask=mask_k)
-        tl.store(dv_ptr + token_row[:, None] * V + cols_v[None, :], dv.to(dv_ptr.dtype.element_ty), mask=mask_v)
-        tl.store(dg_ptr + token_row, dg.to(dg_ptr.dtype.element_ty), mask=t < T)
-        d_state = d_state_in
+        d_state = _chunk_backward(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_ptr, do_ptr,
+                                  dq_ptr, dk_ptr, dv_ptr, dg_ptr, dbeta_ptr, dek_ptr, dev_ptr, state, d_state,
+                                  b, h, bh, chunk, v0, scale, T, H, K, V, L, NT,
+                                  HAS_BETA, HAS_EXTRA, PRECISION, BT, BK, BV)
     tl.store(ds0_ptr + bh * K * V + state_offsets, d_state, mask=state_mask)
 
 
@@ -339,6 +394,27 @@ def _on_input_device(function):
             return function(ctx, *args)
 
     return launch
+
+
+KEY_SIDE_GRADS = (0, 1, 3, 4, 5)  # positions of dq, dk, dg, dbeta, d(extra_k) in (q, k, v, g, beta, extra_k, extra_v)
+
+
+def _grad_buffers(inputs, value_blocks):
+    """Gradient outputs of (q, k, v, g, beta, extra_k, extra_v), None where absent; the key-side ones with
+    one fp32 slot of partial sums per value block when there are several."""
+    def buffer(i, x):
+        if x is None:
+            return None
+        if value_blocks > 1 and i in KEY_SIDE_GRADS:
+            return x.new_empty(value_blocks, *x.shape, dtype=torch.float32)
+        return torch.empty_like(x)
+
+    return tuple(buffer(i, x) for i, x in enumerate(inputs))
+
+
+def _summed_over_value_blocks(grads, inputs):
+    """The key-side gradients' partial sums added up, in their inputs' dtypes."""
+    return tuple(d.sum(0).to(x.dtype) if d is not None and d.dim() > x.dim() else d for d, x in zip(grads, inputs))
 
 
 class _DeltaScanFunction(torch.autograd.Function):
@@ -382,16 +458,8 @@ class _DeltaScanFunction(torch.autograd.Function):
         V = v.shape[-1]
         L = 0 if extra_k is None else extra_k.shape[3]
         value_blocks = triton.cdiv(V, BV)
-
-        def key_side_grad(x):
-            # one fp32 slot of partial sums per value block when there are several
-            return torch.empty_like(x) if value_blocks == 1 else x.new_empty(value_blocks, *x.shape, dtype=torch.float32)
-
-        dq, dk, dg = key_side_grad(q), key_side_grad(k), key_side_grad(g)
-        dbeta = None if beta is None else key_side_grad(beta)
-        dek = None if extra_k is None else key_side_grad(extra_k)
-        dv = torch.empty_like(v)
-        dev = None if extra_v is None else torch.empty_like(extra_v)
+        inputs = (q, k, v, g, beta, extra_k, extra_v)
+        dq, dk, dv, dg, dbeta, dek, dev = grads = _grad_buffers(inputs, value_blocks)
         d_initial = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32)
         _backward_kernel[(value_blocks, B * H)](
             q, k, v, g, q if beta is None else beta, q if extra_k is None else extra_k, q if extra_v is None else extra_v,
@@ -400,11 +468,7 @@ class _DeltaScanFunction(torch.autograd.Function):
             scale, T, H, K, V, L, NT,
             HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, HAS_DFINAL=d_final_state is not None,
             PRECISION=precision, BT=BT, BK=BK, BV=BV, num_warps=_num_warps(BK, BV))
-        if value_blocks > 1:
-            dq, dk, dg = dq.sum(0).to(q.dtype), dk.sum(0).to(k.dtype), dg.sum(0).to(g.dtype)
-            dbeta = None if dbeta is None else dbeta.sum(0).to(beta.dtype)
-            dek = None if dek is None else dek.sum(0).to(extra_k.dtype)
-        return dq, dk, dv, dg, dbeta, dek, dev, d_initial if has_initial else None, None, None, None
+        return (*_summed_over_value_blocks(grads, inputs), d_initial if has_initial else None, None, None, None)
 
 
 def triton_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state, chunk_size=None, value_block=None):
