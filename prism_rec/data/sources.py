@@ -137,7 +137,10 @@ def load_dataset(
            **({"skip_bad_lines": True} if skip_bad_lines else {})}  # absent at their defaults: older caches stay valid
     cache = Path(processed_dir or DEFAULT_PROCESSED_ROOT) / name / f"{fingerprint(files, key)}.npz"
     if use_cache and cache.is_file():
-        return check_cases(ProcessedDataset.load(cache), files[0])
+        cached = ProcessedDataset.load(cache)
+        if all(values is None or not np.isinf(values).any() for values in (cached.timestamps, cached.ratings)):
+            return check_cases(cached, files[0])
+        cache.unlink()  # written before non-finite numbers were refused: read again, to name the line
     frame = source.read(files, skip_bad_lines=skip_bad_lines)
     if frame.empty:
         raise DataError(f"{files[0]}: no interactions could be read")

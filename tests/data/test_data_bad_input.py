@@ -6,6 +6,7 @@ import json
 import shutil
 import tarfile
 
+import numpy as np
 import pytest
 
 from prism_rec.data.core import DataError
@@ -234,3 +235,12 @@ def test_fewer_than_two_test_users_is_refused(tmp_path):
                                         r"expected a validation case and at least 2 test users"):
         load("sequence-text", raw, tmp_path)
     assert not (tmp_path / "processed").exists()
+
+
+def test_a_cache_holding_infinite_times_is_read_again(tmp_path):
+    raw = raw_copy(tmp_path, "recbole")
+    dataset = load("recbole-inter", raw, tmp_path)
+    [cache] = (tmp_path / "processed").rglob("*.npz")
+    dataset.timestamps[0] = np.inf  # as readers wrote 1e400 before they refused it
+    dataset.save(cache)
+    assert np.isfinite(load("recbole-inter", raw, tmp_path).timestamps).all()  # read from the files again
