@@ -14,7 +14,7 @@ from tests.kernels.scan_cases import make_inputs
 TRITON = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 
 
-@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=TRITON)])
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=TRITON), pytest.param("chunk_parallel", marks=TRITON)])
 @pytest.mark.parametrize("with_beta, L", [(True, 2), (False, 0)])
 def test_scan_op_under_compile_matches_eager(backend, with_beta, L):
     inputs = make_inputs(1, 20, 2, 16, 16, L, with_beta, with_initial_state=False)
