@@ -99,22 +99,25 @@ def run_study(out_dir: Path, workers: int, budget: float | None, device: str, co
     return counts
 
 
-def per_user_auc(case_ranks: dict) -> tuple[np.ndarray, np.ndarray]:
-    """The test users [U] (sorted) and each one's AUC averaged over that user's test cases [U]."""
+def per_user_auc(case_ranks: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The test users [U] (sorted), each one's AUC averaged over their test cases [U] and their case
+    counts [U]."""
     ranks = decode(case_ranks)
     users, index = np.unique(ranks.users, return_inverse=True)
-    return users, np.bincount(index, weights=ranks.auc()) / np.bincount(index)
+    cases = np.bincount(index)
+    return users, np.bincount(index, weights=ranks.auc()) / cases, cases
 
 
 def _cells(manifest: list[dict], case_ranks: dict[str, dict], split: str) -> dict[tuple[str, str], dict]:
-    """(dataset, model) -> {"auc": [seeds], "users": [U], "per_user": [S, U]} of the study's runs of ``split``."""
+    """(dataset, model) -> {"auc": [seeds], "users": [U], "cases": [U], "per_user": [S, U]} of the runs of
+    ``split``."""
     cells: dict[tuple[str, str], dict] = {}
     for entry in sorted(manifest, key=lambda e: e["seed"]):
         key = (entry["dataset"], entry["model"])
         if key[0] not in DATASETS or key[1] not in MODELS or entry["record_id"] not in case_ranks:
             continue
-        users, values = per_user_auc(case_ranks[entry["record_id"]])
-        cell = cells.setdefault(key, {"auc": [], "users": users, "per_user": []})
+        users, values, cases = per_user_auc(case_ranks[entry["record_id"]])
+        cell = cells.setdefault(key, {"auc": [], "users": users, "cases": cases, "per_user": []})
         if not np.array_equal(users, cell["users"]):
             raise ValueError(f"{key[0]}/{key[1]} ({split}): seeds were tested on different users")
         cell["auc"].append(entry["test_auc"])
@@ -133,6 +136,21 @@ def _ranks(cells: dict, dataset: str) -> dict[str, int]:
     return {model: position for position, model in enumerate(sorted(means, key=means.get, reverse=True), 1)}
 
 
+def _summary(splits: dict[str, dict], dataset: str, changed: list[str]) -> str:
+    """One computed sentence per dataset: the orders under both splits, the shift, the verdicts that change."""
+    both = [m for m in MODELS if all((dataset, m) in cells for cells in splits.values())]
+    if not both:
+        return "No backbone has runs under both splits yet."
+    orders = {split: sorted(both, key=lambda m: -np.mean(cells[(dataset, m)]["auc"])) for split, cells in splits.items()}
+    shifts = [np.mean(splits["time"][(dataset, m)]["auc"]) - np.mean(splits["loo"][(dataset, m)]["auc"]) for m in both]
+    return (f"Over the {len(both)} backbones with runs under both splits: order by mean test AUC under "
+            f"leave-one-out {' > '.join(orders['loo'])}; under the time split {' > '.join(orders['time'])} "
+            f"({'the same' if orders['loo'] == orders['time'] else 'a different order'}); the time split moves "
+            f"test AUC by {min(shifts):+.4f} to {max(shifts):+.4f}. Paired verdicts that change between the "
+            f"splits (excluding 0 one way, within noise or the other sign the other): "
+            f"{', '.join(changed) or 'none'}.")
+
+
 def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
     """results/split.md from the cells of each split ("loo": the headline runs, "time": the study's)."""
     lines = [
@@ -146,9 +164,10 @@ def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
         "Leave-one-out: each user's last item tests, the one before validates. Time split (the authors' "
         "rec/ code): interactions up to the 70% timestamp quantile over all users train, the next 15% "
         "validate, the last 15% test; every interaction in a period is a case, predicted from all of the "
-        "user's earlier items; a user's AUC is the mean over their cases. Test AUC: mean ± sample std over "
+        "user's earlier items; test AUC is the mean over cases, so users with many test interactions weigh "
+        "more. Test AUC: mean ± sample std over "
         "seeds (n); the 95% interval is a percentile bootstrap over test users of the seed-averaged per-user "
-        "AUC (stats.py). Rank: position among the table's models within the split.", "",
+        "AUC, weighted by each user's case count (a cluster bootstrap: a user's cases move together; stats.py), so it is an interval for the test AUC column. Rank: position among the table's models within the split.", "",
     ]
     for dataset in DATASETS:
         rows = []
@@ -160,7 +179,7 @@ def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
                 if cell is None:
                     row += ["missing", "—", "—"]
                     continue
-                low, high = bootstrap_mean_ci(np.stack(cell["per_user"]))
+                low, high = bootstrap_mean_ci(np.stack(cell["per_user"]), cases=cell["cases"])
                 row += [_mean_std(cell["auc"]), f"[{low:.4f}, {high:.4f}]", str(ranks[split][model])]
             both = [splits[s].get((dataset, model)) for s in ("loo", "time")]
             row.append(f"{np.mean(both[1]['auc']) - np.mean(both[0]['auc']):+.4f}" if all(both) else "—")
@@ -168,20 +187,25 @@ def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
         lines += [f"## {dataset}", "", pipe_table(
             ["backbone", "loo test AUC", "loo 95% CI", "loo rank", "time test AUC", "time 95% CI", "time rank",
              "time − loo"], rows, align="lrrrrrrr"), ""]
-        pair_rows = []
+        pair_rows, changed = [], []
         for a, b in PAIRS:
-            row = [f"{a} − {b}"]
+            row, signs = [f"{a} − {b}"], []
             for split, cells in splits.items():
                 first, second = cells.get((dataset, a)), cells.get((dataset, b))
                 if first is None or second is None:
                     row.append("missing")
                     continue
-                difference = paired_difference(np.stack(first["per_user"]), np.stack(second["per_user"]))
+                difference = paired_difference(np.stack(first["per_user"]), np.stack(second["per_user"]),
+                                               cases=first["cases"])
                 verdict = "✱" if difference.excludes_zero else " (within noise)"
                 row.append(f"{difference.mean:+.4f} [{difference.low:+.4f}, {difference.high:+.4f}]{verdict}")
+                signs.append(int(np.sign(difference.mean)) if difference.excludes_zero else 0)
             pair_rows.append(row)
+            if len(signs) == 2 and signs[0] != signs[1]:
+                changed.append(f"{a} − {b}")
         lines += ["Paired differences (95% paired bootstrap over test users; ✱: the interval excludes 0):", "",
-                  pipe_table(["difference", "leave-one-out", "time split"], pair_rows, align="lrr"), ""]
+                  pipe_table(["difference", "leave-one-out", "time split"], pair_rows, align="lrr"), "",
+                  _summary(splits, dataset, changed), ""]
     lines += ["## Commands", "", "Time-split runs: " + ("; ".join(f"`{c}`" for c in commands) or "none yet") + ".",
               "Leave-one-out runs: see results/README.md (Reproducing).", ""]
     return "\n".join(lines)

@@ -6,6 +6,9 @@ A model's figure is the mean over users of its seed-averaged per-user AUC, so th
 every resample of users. The intervals are scipy.stats.bootstrap percentile intervals over users; they
 measure how much the figure depends on which users are in the test set, with the seeds averaged out,
 not how much another training seed would move it (the tables give the std over seeds for that).
+Where a user has several test cases (a time split), ``cases`` [U] gives each user's count, the per-user
+values are that user's mean over them, and the figure is the mean over cases: users are still what is
+resampled (a cluster bootstrap), so a user's correlated cases move together.
 """
 
 from __future__ import annotations
@@ -34,23 +37,40 @@ def seed_mean(per_user: np.ndarray) -> np.ndarray:
     return values.mean(axis=0)
 
 
-def _percentile_interval(values: np.ndarray, n_resamples: int, level: float, seed: int) -> tuple[float, float]:
-    """The percentile bootstrap interval of the mean of ``values`` [U], resampling its entries."""
+def _case_mean(sums: np.ndarray, cases: np.ndarray, axis: int = -1) -> np.ndarray:
+    return sums.sum(axis=axis) / cases.sum(axis=axis)
+
+
+def weighted_mean(values: np.ndarray, cases: np.ndarray | None) -> float:
+    """The mean over cases of per-user means ``values`` [U] of ``cases`` [U] cases each (None: one each)."""
+    return float(values.mean() if cases is None else _case_mean(values * cases, cases))
+
+
+def _percentile_interval(values: np.ndarray, n_resamples: int, level: float, seed: int,
+                         cases: np.ndarray | None = None) -> tuple[float, float]:
+    """The percentile bootstrap interval of the mean over cases of per-user means ``values`` [U], resampling
+    users; ``cases`` [U] counts each user's cases (None: one each)."""
     if len(values) < 2 or np.all(values == values[0]):  # nothing to resample: every resample has this mean
         return float(values.mean()), float(values.mean())
+    if cases is None:
+        data, statistic, paired = (values,), np.mean, False
+    else:  # the resampled users' case sums over their case counts
+        data, statistic, paired = (values * cases, np.asarray(cases, dtype=np.float64)), _case_mean, True
     with warnings.catch_warnings():  # scipy warns when many resamples coincide (few users); the interval stands
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
-        result = stats.bootstrap((values,), np.mean, n_resamples=n_resamples, batch=BATCH, vectorized=True,
-                                 confidence_level=level, method="percentile", rng=np.random.default_rng(seed))
+        result = stats.bootstrap(data, statistic, n_resamples=n_resamples, batch=BATCH, vectorized=True,
+                                 paired=paired, confidence_level=level, method="percentile",
+                                 rng=np.random.default_rng(seed))
     interval = result.confidence_interval
     return float(interval.low), float(interval.high)
 
 
 def bootstrap_mean_ci(per_user: np.ndarray, n_resamples: int = N_RESAMPLES, level: float = LEVEL,
-                      seed: int = 0) -> tuple[float, float]:
-    """The ``level`` percentile bootstrap interval (low, high) of the mean over users of the seed-averaged
-    per-user values [S, U]: users are resampled with replacement, the S seeds of a user move together."""
-    return _percentile_interval(seed_mean(per_user), n_resamples, level, seed)
+                      seed: int = 0, cases: np.ndarray | None = None) -> tuple[float, float]:
+    """The ``level`` percentile bootstrap interval (low, high) of the mean over users (over cases, with
+    ``cases``) of the seed-averaged per-user values [S, U]: users are resampled with replacement, the S
+    seeds of a user move together."""
+    return _percentile_interval(seed_mean(per_user), n_resamples, level, seed, cases)
 
 
 @dataclass(frozen=True)
@@ -68,18 +88,19 @@ class PairedDifference:
 
 
 def paired_difference(a: np.ndarray, b: np.ndarray, n_resamples: int = N_RESAMPLES, level: float = LEVEL,
-                      seed: int = 0) -> PairedDifference:
+                      seed: int = 0, cases: np.ndarray | None = None) -> PairedDifference:
     """``a`` [Sa, U] minus ``b`` [Sb, U] (the same users in the same column order; the seed counts may
     differ): each model's per-user values averaged over its seeds, then the mean difference over users
-    with a percentile bootstrap over users in which both models take the same resample."""
+    with a percentile bootstrap over users in which both models take the same resample (the mean over
+    cases with ``cases`` [U])."""
     first, second = seed_mean(a), seed_mean(b)
     if first.shape != second.shape:
         raise ValueError(f"paired difference: {first.shape[0]} users against {second.shape[0]}")
     differences = first - second  # the mean of a resample's differences is the difference of its two means
-    low, high = _percentile_interval(differences, n_resamples, level, seed)
+    low, high = _percentile_interval(differences, n_resamples, level, seed, cases)
     if np.any(differences != 0):
         p_value = float(stats.wilcoxon(differences).pvalue)
     else:
         p_value = math.nan
-    return PairedDifference(float(differences.mean()), low, high, bool(low > 0 or high < 0), p_value,
+    return PairedDifference(weighted_mean(differences, cases), low, high, bool(low > 0 or high < 0), p_value,
                             len(differences))

@@ -85,5 +85,5 @@ def test_the_table_sets_both_splits_side_by_side(tmp_path, study):
     text = split_study.write_table(study.results).read_text()
     assert "| sasrec | 0.8000 (1 seed) |" in text and "0.7000 ± 0.0000 (3) |" in text
     assert "| prism − sasrec |" in text and "python -m prism_rec.split_study run --out X" in text
-    users, auc = split_study.per_user_auc(encode(np.array([2, 0, 2]), np.array([0, 20, 10]), 11))
-    assert users.tolist() == [0, 2] and auc.tolist() == [0.0, 0.75]  # a user's cases averaged
+    users, auc, cases = split_study.per_user_auc(encode(np.array([2, 0, 2]), np.array([0, 20, 10]), 11))
+    assert users.tolist() == [0, 2] and auc.tolist() == [0.0, 0.75] and cases.tolist() == [1, 2]

@@ -87,3 +87,19 @@ def test_bad_shapes_and_values_are_refused():
         bootstrap_mean_ci(np.array([[0.5, np.nan]]))
     with pytest.raises(ValueError, match="shape"):
         bootstrap_mean_ci(np.zeros((0, 5)))
+
+
+def test_users_with_several_cases_are_resampled_whole_and_weighted_by_their_cases():
+    """A time split: per-user means of unequal case counts. The interval is a cluster bootstrap of the mean
+    over cases, checked against a plain numpy resampling of users."""
+    rng = np.random.default_rng(6)
+    cases = rng.integers(1, 30, size=150)
+    per_user = rng.uniform(0.3, 1.0, size=150) + 0.2 * (cases > 15)  # heavy users score higher
+    case_mean = (per_user * cases).sum() / cases.sum()
+    draws = np.random.default_rng(8).integers(0, len(cases), size=(10_000, len(cases)))
+    plain = np.percentile((per_user * cases)[draws].sum(axis=1) / cases[draws].sum(axis=1), [2.5, 97.5])
+    low, high = bootstrap_mean_ci(per_user, cases=cases)
+    assert low < case_mean < high and per_user.mean() < low  # the unweighted mean falls outside
+    assert low == pytest.approx(plain[0], abs=0.004) and high == pytest.approx(plain[1], abs=0.004)
+    difference = paired_difference(per_user, per_user - 0.01, cases=cases)
+    assert difference.mean == pytest.approx(0.01) and difference.excludes_zero
