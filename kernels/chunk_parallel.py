@@ -3,62 +3,63 @@
 
 With kernels/chunk.py's terms, one chunk of C tokens is affine in the state S_c at its start:
 
-    S_{c+1} = P_c S_c + D_c,        o_c = Q_c S_c + O_c,
+    S_{c+1} = exp(G_C) S_c - (k * exp(G_C - G))^T (W S_c) + D_c,      o_c = Q_c S_c + O_c,
 
-    P_c [K, K] = exp(G_C) I - (k * exp(G_C - G))^T W,   W = (I + A)^{-1} (beta * gamma * k)  [C, K]
+    W   [C, K] = (I + A)^{-1} (beta * gamma * k)             (the UT/WY transform's state part)
     Q_c [C, K] = scale (gamma * q - (decay_incl * q k^T) W)
     D_c [K, V], O_c [C, V] = the chunk's end state and outputs from a zero start state: the intra-chunk
                              attention, the UT/WY values (I + A)^{-1} (beta v - Bx EV) and PRISM's rank-L
                              extra writes (their products with q, k and the end-of-chunk decays).
 
-P, Q, D and O depend on the chunk's inputs only (without beta, W = 0: P_c = exp(G_C) I is not stored).
-Forward: `_transition_kernel` (grid chunks x B*H: (I + A)^{-1}, P_c, Q_c) and `_intra_kernel` (grid value
-blocks x B*H x chunks: D_c, O_c, the fused kernel's chunk step from a zero state) in parallel; then
-`_state_kernel` (grid value blocks x B*H) walks the chunks: o_c = Q_c S_c + O_c, S_{c+1} = P_c S_c + D_c,
-one [K, K] x [K, BV] product per chunk on the critical path. Backward: `_state_grad_kernel` walks the
-chunks in reverse, dS_c = P_c^T dS_{c+1} + Q_c^T do_c; then `_chunk_grads_kernel` (grid value blocks x
-B*H x chunks) takes every input gradient of a chunk from S_c and dS_{c+1} (the fused kernel's chunk step).
+W, Q, D and O depend on the chunk's inputs only; without beta, W = 0.
+Forward: `_wy_kernel` (grid chunks x B*H: (I + A)^{-1}, W, Q) and `_intra_kernel` (grid value blocks x
+B*H x chunks: D_c, O_c, the fused kernel's chunk step from a zero state) in parallel; then `_state_kernel`
+(grid value blocks x B*H) walks the chunks: o_c = Q_c S_c + O_c and S_{c+1}, two [C, K]-by-[K, BV]-sized
+products per chunk on the critical path, no loop over the extra writes. Backward: `_state_grad_kernel`
+walks the chunks in reverse, dS_c = exp(G_C) dS_{c+1} - W^T ((k * exp(G_C - G)) dS_{c+1}) + Q_c^T do_c;
+then `_chunk_grads_kernel` (grid value blocks x B*H x chunks) takes every input gradient of a chunk from
+S_c and dS_{c+1} (the fused kernel's chunk step).
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from .triton_chunk import (_chunk_backward, _chunk_forward, _chunk_inverse, _chunk_tokens, _given_or_zeros, _grad_buffers, _masked_decay,
-                           _num_warps, _on_input_device, _partial_sum_slots, _state_block, _summed_over_value_blocks,
-                           _value_block)
+from .triton_chunk import (_chunk_backward, _chunk_forward, _chunk_inverse, _chunk_tokens, _given_or_zeros, _grad_buffers,
+                           _masked_decay, _on_input_device, _partial_sum_slots, _state_block,
+                           _summed_over_value_blocks, _value_block)
 
 
 @triton.jit
-def _transition_kernel(q_ptr, k_ptr, g_ptr, beta_ptr, inverse_ptr, transition_ptr, q_state_ptr, scale, T, H, K, NT,
-                       HAS_BETA: tl.constexpr, PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
-    """Per chunk: Q_c [BT, K] (fp32, laid out like q) and, with beta, (I + A)^{-1} [BT, BT] and P_c [K, K]."""
+def _key_rows(ptr, token_row, t, T, K, BK: tl.constexpr):
+    """Rows token_row [BT] of a [B, T, H, K] tensor as an fp32 tile [BT, BK], zero past T and K."""
+    cols_k = tl.arange(0, BK)
+    return tl.load(ptr + token_row[:, None] * K + cols_k[None, :], mask=(t[:, None] < T) & (cols_k[None, :] < K), other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _wy_kernel(q_ptr, k_ptr, g_ptr, beta_ptr, inverse_ptr, w_ptr, q_state_ptr, scale, T, H, K, NT,
+               HAS_BETA: tl.constexpr, PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+    """Per chunk: Q_c and, with beta, (I + A)^{-1} [BT, BT] and W (both [BT, K] in fp32, laid out like q)."""
     chunk = tl.cast(tl.program_id(0), tl.int64)
     bh = tl.cast(tl.program_id(1), tl.int64)
-    b = bh // H
-    h = bh % H
     tokens = tl.arange(0, BT)
     cols_k = tl.arange(0, BK)
-    t, token_row = _chunk_tokens(b, h, chunk, T, H, BT)  # [BT]
+    t, token_row = _chunk_tokens(bh // H, bh % H, chunk, T, H, BT)
     mask_k = (t[:, None] < T) & (cols_k[None, :] < K)
-    q = tl.load(q_ptr + token_row[:, None] * K + cols_k[None, :], mask=mask_k, other=0.0).to(tl.float32)
-    g = tl.load(g_ptr + token_row, mask=t < T, other=0.0).to(tl.float32)
-    G = tl.cumsum(g, 0)
+    q = _key_rows(q_ptr, token_row, t, T, K, BK)
+    G = tl.cumsum(tl.load(g_ptr + token_row, mask=t < T, other=0.0).to(tl.float32), 0)
     gamma = tl.exp(G)
     q_state = gamma[:, None] * q  # [BT, BK]
     if HAS_BETA:
-        k = tl.load(k_ptr + token_row[:, None] * K + cols_k[None, :], mask=mask_k, other=0.0).to(tl.float32)
+        k = _key_rows(k_ptr, token_row, t, T, K, BK)
         beta = tl.load(beta_ptr + token_row, mask=t < T, other=0.0).to(tl.float32)
-        G_last = tl.sum(g, 0)
         inverse = _chunk_inverse(k, G, beta, PRECISION, BT)
         tl.store(inverse_ptr + ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :], inverse)
         w = tl.dot(inverse, (beta * gamma)[:, None] * k, input_precision=PRECISION)  # [BT, BK]
+        tl.store(w_ptr + token_row[:, None] * K + cols_k[None, :], w, mask=mask_k)
         scores = _masked_decay(G, tokens[:, None] >= tokens[None, :]) * tl.dot(q, tl.trans(k), input_precision=PRECISION)
         q_state -= tl.dot(scores, w, input_precision=PRECISION)
-        identity = (cols_k[:, None] == cols_k[None, :]).to(tl.float32)
-        transition = tl.exp(G_last) * identity - tl.dot(tl.trans(k * tl.exp(G_last - G)[:, None]), w, input_precision=PRECISION)
-        transition_offsets = ((bh * NT + chunk) * K + cols_k)[:, None] * K + cols_k[None, :]
-        tl.store(transition_ptr + transition_offsets, transition, mask=(cols_k[:, None] < K) & (cols_k[None, :] < K))
     tl.store(q_state_ptr + token_row[:, None] * K + cols_k[None, :], scale * q_state, mask=mask_k)
 
 
@@ -78,40 +79,22 @@ def _intra_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_
 
 
 @triton.jit
-def _chunk_decay(g_ptr, b, h, chunk, T, H, BT: tl.constexpr):
-    """exp(g_1 + ... + g_C) of one chunk: its P_c without beta."""
-    t = chunk * BT + tl.arange(0, BT)
-    return tl.exp(tl.sum(tl.load(g_ptr + (b * T + t) * H + h, mask=t < T, other=0.0).to(tl.float32), 0))
+def _chunk_decays(g_ptr, token_row, t, T):
+    """exp(G_C - G_t) [BT] and exp(G_C) of one chunk (G: the cumulative log-decay inside it)."""
+    g = tl.load(g_ptr + token_row, mask=t < T, other=0.0).to(tl.float32)
+    G_last = tl.sum(g, 0)
+    return tl.exp(G_last - tl.cumsum(g, 0)), tl.exp(G_last)
 
 
 @triton.jit
-def _chunk_q_state(q_state_ptr, b, h, chunk, T, H, K, BT: tl.constexpr, BK: tl.constexpr):
-    """Q_c [BT, BK] of one chunk, and the chunk's token rows [BT] and tokens [BT] (zero past T)."""
-    t, token_row = _chunk_tokens(b, h, chunk, T, H, BT)
-    cols_k = tl.arange(0, BK)
-    q_state = tl.load(q_state_ptr + token_row[:, None] * K + cols_k[None, :], mask=(t[:, None] < T) & (cols_k[None, :] < K), other=0.0)
-    return q_state, token_row, t
-
-
-@triton.jit
-def _transition(transition_ptr, bh, chunk, K, NT, BK: tl.constexpr):
-    """P_c [BK, BK] of one chunk, zero outside [K, K]."""
-    cols_k = tl.arange(0, BK)
-    offsets = ((bh * NT + chunk) * K + cols_k)[:, None] * K + cols_k[None, :]
-    return tl.load(transition_ptr + offsets, mask=(cols_k[:, None] < K) & (cols_k[None, :] < K), other=0.0)
-
-
-@triton.jit
-def _state_kernel(g_ptr, transition_ptr, q_state_ptr, o_intra_ptr, chunk_input_ptr, s0_ptr,
+def _state_kernel(k_ptr, g_ptr, w_ptr, q_state_ptr, o_intra_ptr, chunk_input_ptr, s0_ptr,
                   o_ptr, final_ptr, chunk_states_ptr, T, H, K, V, NT,
                   HAS_BETA: tl.constexpr, HAS_INITIAL: tl.constexpr, STORE_CHUNK_STATES: tl.constexpr,
                   PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    """The sequential pass: o_c = Q_c S_c + O_c, S_{c+1} = P_c S_c + D_c; the final state and, for the
-    backward, every S_c [K, BV]."""
+    """The sequential pass: o_c = Q_c S_c + O_c and S_{c+1}; the final state and, for the backward, every
+    S_c [K, BV]."""
     v0 = tl.program_id(0) * BV
     bh = tl.cast(tl.program_id(1), tl.int64)
-    b = bh // H
-    h = bh % H
     cols_v = v0 + tl.arange(0, BV)
     state_offsets, state_mask = _state_block(v0, K, V, BK, BV)  # [BK, BV]
     state = _given_or_zeros(s0_ptr + bh * K * V, state_offsets, state_mask, HAS_INITIAL, BK, BV)
@@ -120,42 +103,43 @@ def _state_kernel(g_ptr, transition_ptr, q_state_ptr, o_intra_ptr, chunk_input_p
         chunk_offset = (bh * NT + chunk) * K * V
         if STORE_CHUNK_STATES:
             tl.store(chunk_states_ptr + chunk_offset + state_offsets, state, mask=state_mask)
-        q_state, token_row, t = _chunk_q_state(q_state_ptr, b, h, chunk, T, H, K, BT, BK)
+        t, token_row = _chunk_tokens(bh // H, bh % H, chunk, T, H, BT)
         mask_v = (t[:, None] < T) & (cols_v[None, :] < V)
         o = tl.load(o_intra_ptr + token_row[:, None] * V + cols_v[None, :], mask=mask_v, other=0.0)
-        o += tl.dot(q_state, state, input_precision=PRECISION)
+        o += tl.dot(_key_rows(q_state_ptr, token_row, t, T, K, BK), state, input_precision=PRECISION)
         tl.store(o_ptr + token_row[:, None] * V + cols_v[None, :], o.to(o_ptr.dtype.element_ty), mask=mask_v)
-        chunk_input = tl.load(chunk_input_ptr + chunk_offset + state_offsets, mask=state_mask, other=0.0)
+        to_end, chunk_decay = _chunk_decays(g_ptr, token_row, t, T)
+        next_state = chunk_decay * state + tl.load(chunk_input_ptr + chunk_offset + state_offsets, mask=state_mask, other=0.0)
         if HAS_BETA:
-            state = tl.dot(_transition(transition_ptr, bh, chunk, K, NT, BK), state, input_precision=PRECISION) + chunk_input
-        else:
-            state = _chunk_decay(g_ptr, b, h, chunk, T, H, BT) * state + chunk_input
+            w_state = tl.dot(_key_rows(w_ptr, token_row, t, T, K, BK), state, input_precision=PRECISION)  # [BT, BV]
+            k_end = _key_rows(k_ptr, token_row, t, T, K, BK) * to_end[:, None]
+            next_state -= tl.dot(tl.trans(k_end), w_state, input_precision=PRECISION)
+        state = next_state
     tl.store(final_ptr + bh * K * V + state_offsets, state, mask=state_mask)
 
 
 @triton.jit
-def _state_grad_kernel(g_ptr, transition_ptr, q_state_ptr, do_ptr, dfinal_ptr, d_chunk_states_ptr, ds0_ptr,
+def _state_grad_kernel(k_ptr, g_ptr, w_ptr, q_state_ptr, do_ptr, dfinal_ptr, d_chunk_states_ptr, ds0_ptr,
                        T, H, K, V, NT, HAS_BETA: tl.constexpr, HAS_DFINAL: tl.constexpr, PRECISION: tl.constexpr,
                        BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    """The sequential backward pass: dS_c = P_c^T dS_{c+1} + Q_c^T do_c; stores dS_{c+1} [K, BV] of every
-    chunk c and dS_0."""
+    """The sequential backward pass, dS_c from dS_{c+1} and do_c; stores dS_{c+1} [K, BV] of every chunk c
+    and dS_0."""
     v0 = tl.program_id(0) * BV
     bh = tl.cast(tl.program_id(1), tl.int64)
-    b = bh // H
-    h = bh % H
     cols_v = v0 + tl.arange(0, BV)
     state_offsets, state_mask = _state_block(v0, K, V, BK, BV)
     d_state = _given_or_zeros(dfinal_ptr + bh * K * V, state_offsets, state_mask, HAS_DFINAL, BK, BV)
     for i in range(NT):
         chunk = tl.cast(NT - 1 - i, tl.int64)
         tl.store(d_chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, d_state, mask=state_mask)
-        q_state, token_row, t = _chunk_q_state(q_state_ptr, b, h, chunk, T, H, K, BT, BK)
+        t, token_row = _chunk_tokens(bh // H, bh % H, chunk, T, H, BT)
         d_o = tl.load(do_ptr + token_row[:, None] * V + cols_v[None, :], mask=(t[:, None] < T) & (cols_v[None, :] < V), other=0.0).to(tl.float32)
+        to_end, chunk_decay = _chunk_decays(g_ptr, token_row, t, T)
+        d_prev = chunk_decay * d_state + tl.dot(tl.trans(_key_rows(q_state_ptr, token_row, t, T, K, BK)), d_o, input_precision=PRECISION)
         if HAS_BETA:
-            d_state = tl.dot(tl.trans(_transition(transition_ptr, bh, chunk, K, NT, BK)), d_state, input_precision=PRECISION)
-        else:
-            d_state = _chunk_decay(g_ptr, b, h, chunk, T, H, BT) * d_state
-        d_state += tl.dot(tl.trans(q_state), d_o, input_precision=PRECISION)
+            k_end_ds = tl.dot(_key_rows(k_ptr, token_row, t, T, K, BK) * to_end[:, None], d_state, input_precision=PRECISION)  # [BT, BV]
+            d_prev -= tl.dot(tl.trans(_key_rows(w_ptr, token_row, t, T, K, BK)), k_end_ds, input_precision=PRECISION)
+        d_state = d_prev
     tl.store(ds0_ptr + bh * K * V + state_offsets, d_state, mask=state_mask)
 
 
@@ -181,12 +165,14 @@ def _chunk_grads_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, in
 
 def parallel_block_sizes(B, T, H, K, V, chunk_size=None, value_block=None):
     """(chunk length, key width, value block of the sequential passes, value block of the chunk-parallel
-    kernels). Not yet timed on a GPU: chunks of 32 (16 when T <= 16); the sequential passes split the
-    value dimension until about two programs per SM are busy, the parallel kernels keep blocks <= 64."""
+    kernels, warps). Not yet timed on a GPU; chosen from ptxas -v for sm_90a (results/kernels.md): chunks of
+    16 (at 32 the gradient kernel spills 0.3-6 KB per thread at every head width, at 16 at most 0.4 KB up
+    to width 64), 8 warps from key width 64 (fewer spills than 4 everywhere); the sequential passes split
+    the value dimension until about two programs per SM are busy, the parallel kernels keep blocks <= 64."""
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
-    BT = chunk_size or (16 if T <= 16 else 32)
-    return BT, BK, value_block or _value_block(B * H, BV), value_block or min(BV, 64)
+    BT = chunk_size or 16
+    return BT, BK, value_block or _value_block(B * H, BV), value_block or min(BV, 64), 4 if BK <= 32 else 8
 
 
 def _pointer_or(x, placeholder):
@@ -201,7 +187,7 @@ class _ChunkParallelScan(torch.autograd.Function):
         B, T, H, K = q.shape
         V = v.shape[-1]
         L = 0 if extra_k is None else extra_k.shape[3]
-        BT, BK, BV_seq, BV_par = parallel_block_sizes(B, T, H, K, V, chunk_size, value_block)
+        BT, BK, BV_seq, BV_par, warps = parallel_block_sizes(B, T, H, K, V, chunk_size, value_block)
         NT = triton.cdiv(T, BT)
         q, k, v, g = (x.contiguous() for x in (q, k, v, g))
         beta, extra_k, extra_v, initial_state = (None if x is None else x.contiguous() for x in (beta, extra_k, extra_v, initial_state))
@@ -210,32 +196,32 @@ class _ChunkParallelScan(torch.autograd.Function):
         fp32 = dict(device=q.device, dtype=torch.float32)
         q_state = torch.empty(B, T, H, K, **fp32)  # Q_c of every chunk
         inverses = torch.empty(B, H, NT, BT, BT, **fp32) if beta is not None else q_state
-        transitions = torch.empty(B, H, NT, K, K, **fp32) if beta is not None else q_state  # P_c
+        w = torch.empty(B, T, H, K, **fp32) if beta is not None else q_state  # W of every chunk
         o_intra = torch.empty(B, T, H, V, **fp32)  # O_c
         chunk_inputs = torch.empty(B, H, NT, K, V, **fp32)  # D_c
         o = torch.empty(B, T, H, V, device=q.device, dtype=v.dtype)
         final_state = torch.empty(B, H, K, V, **fp32)
         chunk_states = torch.empty(B, H, NT, K, V, **fp32) if needs_grad else final_state  # S_c
         flags = dict(HAS_BETA=beta is not None, PRECISION=precision, BT=BT, BK=BK)
-        _transition_kernel[(NT, B * H)](q, k, g, _pointer_or(beta, g), inverses, transitions, q_state, scale, T, H, K, NT,
-                                        **flags, num_warps=_num_warps(BK, BK))
+        _wy_kernel[(NT, B * H)](q, k, g, _pointer_or(beta, g), inverses, w, q_state, scale, T, H, K, NT, **flags,
+                                num_warps=warps)
         _intra_kernel[(triton.cdiv(V, BV_par), B * H, NT)](
             q, k, v, g, _pointer_or(beta, g), _pointer_or(extra_k, q), _pointer_or(extra_v, v), inverses, o_intra, chunk_inputs,
-            scale, T, H, K, V, L, NT, HAS_EXTRA=extra_k is not None, **flags, BV=BV_par, num_warps=_num_warps(BK, BV_par))
+            scale, T, H, K, V, L, NT, HAS_EXTRA=extra_k is not None, **flags, BV=BV_par, num_warps=warps)
         _state_kernel[(triton.cdiv(V, BV_seq), B * H)](
-            g, transitions, q_state, o_intra, chunk_inputs, _pointer_or(initial_state, final_state), o, final_state, chunk_states,
+            k, g, w, q_state, o_intra, chunk_inputs, _pointer_or(initial_state, final_state), o, final_state, chunk_states,
             T, H, K, V, NT, HAS_INITIAL=initial_state is not None, STORE_CHUNK_STATES=needs_grad, **flags, BV=BV_seq,
-            num_warps=_num_warps(BK, BV_seq))
+            num_warps=warps)
         if needs_grad:
-            ctx.save_for_backward(q, k, v, g, beta, extra_k, extra_v, inverses, transitions, q_state, chunk_states)
-            ctx.config = (scale, BT, BK, BV_seq, BV_par, NT, precision, initial_state is not None)
+            ctx.save_for_backward(q, k, v, g, beta, extra_k, extra_v, inverses, w, q_state, chunk_states)
+            ctx.config = (scale, BT, BK, BV_seq, BV_par, warps, NT, precision, initial_state is not None)
         return o, final_state
 
     @staticmethod
     @_on_input_device
     def backward(ctx, d_o, d_final_state):
-        q, k, v, g, beta, extra_k, extra_v, inverses, transitions, q_state, chunk_states = ctx.saved_tensors
-        scale, BT, BK, BV_seq, BV_par, NT, precision, has_initial = ctx.config
+        q, k, v, g, beta, extra_k, extra_v, inverses, w, q_state, chunk_states = ctx.saved_tensors
+        scale, BT, BK, BV_seq, BV_par, warps, NT, precision, has_initial = ctx.config
         B, T, H, K = q.shape
         V = v.shape[-1]
         L = 0 if extra_k is None else extra_k.shape[3]
@@ -244,15 +230,15 @@ class _ChunkParallelScan(torch.autograd.Function):
         d_chunk_states = torch.empty_like(chunk_states)  # dS_{c+1} of every chunk c
         d_initial = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32)
         _state_grad_kernel[(triton.cdiv(V, BV_seq), B * H)](
-            g, transitions, q_state, d_o, _pointer_or(d_final_state, d_initial).contiguous(), d_chunk_states, d_initial,
-            T, H, K, V, NT, HAS_DFINAL=d_final_state is not None, **flags, BV=BV_seq, num_warps=_num_warps(BK, BV_seq))
+            k, g, w, q_state, d_o, _pointer_or(d_final_state, d_initial).contiguous(), d_chunk_states, d_initial,
+            T, H, K, V, NT, HAS_DFINAL=d_final_state is not None, **flags, BV=BV_seq, num_warps=warps)
         value_blocks = triton.cdiv(V, BV_par)
         inputs = (q, k, v, g, beta, extra_k, extra_v)
         dq, dk, dv, dg, dbeta, dek, dev = grads = _grad_buffers(inputs, value_blocks)
         _chunk_grads_kernel[(value_blocks, B * H, NT)](
             q, k, v, g, _pointer_or(beta, g), _pointer_or(extra_k, q), _pointer_or(extra_v, v), inverses, chunk_states,
             d_chunk_states, d_o, dq, dk, dv, dg, _pointer_or(dbeta, dg), _pointer_or(dek, dq), _pointer_or(dev, dv),
-            scale, T, H, K, V, L, NT, HAS_EXTRA=extra_k is not None, **flags, BV=BV_par, num_warps=_num_warps(BK, BV_par))
+            scale, T, H, K, V, L, NT, HAS_EXTRA=extra_k is not None, **flags, BV=BV_par, num_warps=warps)
         return (*_summed_over_value_blocks(grads, inputs), d_initial if has_initial else None, None, None, None)
 
 

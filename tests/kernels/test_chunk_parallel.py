@@ -18,7 +18,7 @@ SHAPE = dict(B=2, H=3, K=8, V=12)
 @pytest.mark.parametrize("T, L, with_beta", list(itertools.product((1, 17, 70), (0, 1, 3), (True, False))))
 def test_chunk_parallel_matches_naive(T, L, with_beta):
     """L = 0 with beta is Gated DeltaNet, L >= 1 PRISM, beta None SSD / gated linear attention; T = 17 and
-    70 end inside a chunk (of 32), 70 spans three."""
+    70 end inside a chunk (of 16 by default) and span two and five."""
     with_initial_state = (T + L) % 2 == 0  # both for every T and L
     inputs = make_inputs(T=T, L=L, with_beta=with_beta, with_initial_state=with_initial_state, **SHAPE, seed=T + 7 * L, device=DEVICE)
     assert_close_to(run_with_grads(inputs, "chunk_parallel"), run_with_grads(inputs, "naive"), rtol=1e-4)
