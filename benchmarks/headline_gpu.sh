@@ -12,6 +12,9 @@
 # committed lines and the new ones), headline_v2_case_ranks.new.jsonl (the new runs' lines only: with
 # the committed ones the file outgrows the 16 MiB a device call returns), headline.records.jsonl and
 # headline_log.txt; results/README.md ("Reproducing") says how to merge and import them here.
+# COMPILE (default off) is the training step's compile mode (TrainConfig.compile: graphs, cudagraphs, ...;
+# results/step_compile.md measured it alone on the GPU, not yet in a grid call); runs keep their settings
+# hash across it, and each manifest line says its mode.
 # SPLIT_WORKERS=N (default 0) also runs the split study (prism_rec/split_study.py) beside the grid on N
 # more workers through the same MPS server, for the same budget; it writes split_manifest.jsonl,
 # split_case_ranks.jsonl (the new lines only) and split_log.txt into OUT_DIR/split.
@@ -41,7 +44,7 @@ if [ "${SPLIT_WORKERS:-0}" -gt 0 ]; then
 fi
 timeout $((budget + 45)) python3 -m prism_rec.headline run --out "$out" --datasets "$datasets" \
     --models "${MODELS:-all}" --workers "$workers" --budget "$budget" --device "$device" \
-    > "$out/headline_log.txt" 2>&1
+    --set compile="${COMPILE:-off}" > "$out/headline_log.txt" 2>&1
 status=$?
 if [ -n "$split_pid" ]; then
     wait "$split_pid" || status=1

@@ -103,7 +103,8 @@ def train_cell(job: HeadlineJob) -> dict:
         result = fit(dataset, job.model, job.config)
     except FloatingPointError as error:
         return {"status": DIVERGED, "error": str(error)}
-    tags = {**provenance_tags(resolve_device(job.config.device)), "command": job.command}
+    tags = {**provenance_tags(resolve_device(job.config.device)), "command": job.command,
+            "compile": job.config.compile}
     return {"status": "finished", "record": make_record(dataset, job.model, job.config, result, tags, started)}
 
 
@@ -116,6 +117,7 @@ def manifest_entry(record: dict) -> dict:
             "patience": int(params["patience"]),
             "config_hash": tags["config_hash"], "record_id": record["record_id"], **record["metrics"],
             "machine": tags["machine"], "git_commit": tags["git_commit"], "command": tags["command"],
+            "compile": tags.get("compile", "off"),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record["end_time_ms"] / 1000))}
 
 
