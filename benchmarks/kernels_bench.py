@@ -190,14 +190,19 @@ def check_dtypes(shape):
 
 
 def warm_worker(task):
-    """Compile (and autotune) one case in a worker process; returns an error line or None."""
-    kind, who, shape, variant, chunk_size, part = task
+    """Compile (and autotune) one case in a worker process; returns an error line or None. A "check" task
+    runs what check_errors runs of our backends (outputs and the final state's gradient too), without the
+    reference."""
+    kind, who, shape, variant, detail, part = task
     scan = load_kernels()
     try:
         if kind == "check":
-            check_errors(scan, shape, variant, who, (torch.bfloat16, torch.float32), "torch", with_initial_state=part == "initial")
+            for backend in who:
+                for dtype in detail:
+                    inputs = make_inputs(shape, variant, dtype, seed=1, with_initial_state=part == "initial")
+                    forward_backward(scan_call(scan, backend), inputs, torch.randn(inputs["v"].shape, device="cuda"))
         else:
-            forward, fwd_bwd, _ = timed_calls(scan, shape, variant, who, chunk_size)
+            forward, fwd_bwd, _ = timed_calls(scan, shape, variant, who, detail)
             forward() if part == "forward" else fwd_bwd()
         torch.cuda.synchronize()
         return None
@@ -248,8 +253,8 @@ def main():
 
     parts = ("forward", "train")
     tasks = [("time", b, s, v, None, p) for s in reversed(shapes) for v in variants for b in backends for p in parts]  # longest compiles first
-    tasks += [("check", backends, s, v, None, "initial") for s in SMALL_CHECK_SHAPES for v in variants]
-    tasks += [("check", backends, s, v, None, "") for s in shapes for v in variants if torch.float32 in check_dtypes(s)]
+    tasks += [("check", backends, s, v, (torch.bfloat16, torch.float32), "initial") for s in SMALL_CHECK_SHAPES for v in variants]
+    tasks += [("check", backends, s, v, check_dtypes(s), "") for s in shapes for v in variants]
     tasks += [("time", b, s, v, c, p) for s in shapes for v in sweep_variants for b in backends for c in chunk_sizes for p in parts]
     if args.fla:
         tasks += [("time", "fla", s, v, None, p) for s in shapes for v in variants if v in ("L=0", "SSD") for p in parts]

@@ -1,24 +1,26 @@
 """Chunk-parallel Triton delta scan: the intra-chunk work runs parallel over (batch, head, chunk), only the
 [K, V] state recurrence across chunks is sequential, in the forward and in the backward.
 
-With kernels/chunk.py's terms, one chunk of C tokens is affine in the state S_c at its start:
+With kernels/chunk.py's terms (chunk of C tokens, G the cumulative log-decay inside it, gamma = exp(G)),
+the values written after the erase are u = U - W S_c, and one chunk reads and updates the state S_c at
+its start as
 
-    S_{c+1} = exp(G_C) S_c - (k * exp(G_C - G))^T (W S_c) + D_c,      o_c = Q_c S_c + O_c,
+    o_c     = Q_c S_c + O_c
+    S_{c+1} = exp(G_C) S_c + (k * exp(G_C - G))^T (U - W S_c) + E_c
 
-    W   [C, K] = (I + A)^{-1} (beta * gamma * k)             (the UT/WY transform's state part)
+    W   [C, K] = (I + A)^{-1} (beta * gamma * k)            U [C, V] = (I + A)^{-1} (beta v - Bx EV)
     Q_c [C, K] = scale (gamma * q - (decay_incl * q k^T) W)
-    D_c [K, V], O_c [C, V] = the chunk's end state and outputs from a zero start state: the intra-chunk
-                             attention, the UT/WY values (I + A)^{-1} (beta v - Bx EV) and PRISM's rank-L
-                             extra writes (their products with q, k and the end-of-chunk decays).
+    O_c [C, V] = the chunk's outputs from a zero start state  E_c [K, V] = sum_l (ek_l * exp(G_C - G))^T ev_l
 
-W, Q, D and O depend on the chunk's inputs only; without beta, W = 0.
-Forward: `_wy_kernel` (grid chunks x B*H: (I + A)^{-1}, W, Q) and `_intra_kernel` (grid value blocks x
-B*H x chunks: D_c, O_c, the fused kernel's chunk step from a zero state) in parallel; then `_state_kernel`
-(grid value blocks x B*H) walks the chunks: o_c = Q_c S_c + O_c and S_{c+1}, two [C, K]-by-[K, BV]-sized
-products per chunk on the critical path, no loop over the extra writes. Backward: `_state_grad_kernel`
-walks the chunks in reverse, dS_c = exp(G_C) dS_{c+1} - W^T ((k * exp(G_C - G)) dS_{c+1}) + Q_c^T do_c;
-then `_chunk_grads_kernel` (grid value blocks x B*H x chunks) takes every input gradient of a chunk from
-S_c and dS_{c+1} (the fused kernel's chunk step).
+W, U, Q, O and E depend on the chunk's inputs only (without beta W = 0 and U = v; E only with PRISM's
+rank-L extra writes, whose products with q and k sit in O and U). Forward: `_wy_kernel` (grid chunks x
+B*H: (I + A)^{-1}, W, Q) and `_intra_kernel` (grid value blocks x B*H x chunks: O, U, E; the fused
+kernel's chunk step from a zero state) in parallel; then `_state_kernel` (grid value blocks x B*H) walks
+the chunks: three [C, K]-by-[K, BV]-sized products per chunk and no loop over the extra writes.
+Backward: `_state_grad_kernel` walks the chunks in reverse,
+dS_c = exp(G_C) dS_{c+1} - W^T ((k * exp(G_C - G)) dS_{c+1}) + Q_c^T do_c; then `_chunk_grads_kernel`
+(grid value blocks x B*H x chunks) takes every input gradient of a chunk from S_c and dS_{c+1} (the
+fused kernel's chunk step).
 """
 
 import torch
@@ -64,18 +66,19 @@ def _wy_kernel(q_ptr, k_ptr, g_ptr, beta_ptr, inverse_ptr, w_ptr, q_state_ptr, s
 
 
 @triton.jit
-def _intra_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_ptr, o_intra_ptr, chunk_input_ptr,
+def _intra_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_ptr, o_intra_ptr, u_ptr, extra_state_ptr,
                   scale, T, H, K, V, L, NT, HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, PRECISION: tl.constexpr,
                   BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    """Per chunk and value block: O_c (fp32, laid out like o) and D_c [K, BV]."""
+    """Per chunk and value block: O_c and, with beta, U (both fp32, laid out like o), with extra writes E_c [K, BV]."""
     v0 = tl.program_id(0) * BV
     bh = tl.cast(tl.program_id(1), tl.int64)
     chunk = tl.cast(tl.program_id(2), tl.int64)
-    end_state = _chunk_forward(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_ptr, o_intra_ptr,
-                               tl.zeros([BK, BV], dtype=tl.float32), bh // H, bh % H, bh, chunk, v0, scale,
-                               T, H, K, V, L, NT, HAS_BETA, HAS_EXTRA, False, PRECISION, BT, BK, BV)
-    state_offsets, state_mask = _state_block(v0, K, V, BK, BV)
-    tl.store(chunk_input_ptr + (bh * NT + chunk) * K * V + state_offsets, end_state, mask=state_mask)
+    extra_state = _chunk_forward(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_ptr, o_intra_ptr, u_ptr,
+                                 tl.zeros([BK, BV], dtype=tl.float32), bh // H, bh % H, bh, chunk, v0, scale,
+                                 T, H, K, V, L, NT, HAS_BETA, HAS_EXTRA, False, True, PRECISION, BT, BK, BV)
+    if HAS_EXTRA:
+        state_offsets, state_mask = _state_block(v0, K, V, BK, BV)
+        tl.store(extra_state_ptr + (bh * NT + chunk) * K * V + state_offsets, extra_state, mask=state_mask)
 
 
 @triton.jit
@@ -87,12 +90,13 @@ def _chunk_decays(g_ptr, token_row, t, T):
 
 
 @triton.jit
-def _state_kernel(k_ptr, g_ptr, w_ptr, q_state_ptr, o_intra_ptr, chunk_input_ptr, s0_ptr,
+def _state_kernel(k_ptr, g_ptr, w_ptr, u_ptr, q_state_ptr, o_intra_ptr, extra_state_ptr, s0_ptr,
                   o_ptr, final_ptr, chunk_states_ptr, T, H, K, V, NT,
-                  HAS_BETA: tl.constexpr, HAS_INITIAL: tl.constexpr, STORE_CHUNK_STATES: tl.constexpr,
-                  PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    """The sequential pass: o_c = Q_c S_c + O_c and S_{c+1}; the final state and, for the backward, every
-    S_c [K, BV]."""
+                  HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_INITIAL: tl.constexpr,
+                  STORE_CHUNK_STATES: tl.constexpr, PRECISION: tl.constexpr,
+                  BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """The sequential pass: o_c and S_{c+1} from S_c; the final state and, for the backward, every S_c
+    [K, BV]. u_ptr holds U ([B, T, H, V]; v itself without beta)."""
     v0 = tl.program_id(0) * BV
     bh = tl.cast(tl.program_id(1), tl.int64)
     cols_v = v0 + tl.arange(0, BV)
@@ -105,16 +109,18 @@ def _state_kernel(k_ptr, g_ptr, w_ptr, q_state_ptr, o_intra_ptr, chunk_input_ptr
             tl.store(chunk_states_ptr + chunk_offset + state_offsets, state, mask=state_mask)
         t, token_row = _chunk_tokens(bh // H, bh % H, chunk, T, H, BT)
         mask_v = (t[:, None] < T) & (cols_v[None, :] < V)
-        o = tl.load(o_intra_ptr + token_row[:, None] * V + cols_v[None, :], mask=mask_v, other=0.0)
+        value_offsets = token_row[:, None] * V + cols_v[None, :]
+        o = tl.load(o_intra_ptr + value_offsets, mask=mask_v, other=0.0)
         o += tl.dot(_key_rows(q_state_ptr, token_row, t, T, K, BK), state, input_precision=PRECISION)
-        tl.store(o_ptr + token_row[:, None] * V + cols_v[None, :], o.to(o_ptr.dtype.element_ty), mask=mask_v)
-        to_end, chunk_decay = _chunk_decays(g_ptr, token_row, t, T)
-        next_state = chunk_decay * state + tl.load(chunk_input_ptr + chunk_offset + state_offsets, mask=state_mask, other=0.0)
+        tl.store(o_ptr + value_offsets, o.to(o_ptr.dtype.element_ty), mask=mask_v)
+        u = tl.load(u_ptr + value_offsets, mask=mask_v, other=0.0).to(tl.float32)  # [BT, BV]
         if HAS_BETA:
-            w_state = tl.dot(_key_rows(w_ptr, token_row, t, T, K, BK), state, input_precision=PRECISION)  # [BT, BV]
-            k_end = _key_rows(k_ptr, token_row, t, T, K, BK) * to_end[:, None]
-            next_state -= tl.dot(tl.trans(k_end), w_state, input_precision=PRECISION)
-        state = next_state
+            u -= tl.dot(_key_rows(w_ptr, token_row, t, T, K, BK), state, input_precision=PRECISION)
+        to_end, chunk_decay = _chunk_decays(g_ptr, token_row, t, T)
+        k_end = _key_rows(k_ptr, token_row, t, T, K, BK) * to_end[:, None]
+        state = chunk_decay * state + tl.dot(tl.trans(k_end), u, input_precision=PRECISION)
+        if HAS_EXTRA:
+            state += tl.load(extra_state_ptr + chunk_offset + state_offsets, mask=state_mask, other=0.0)
     tl.store(final_ptr + bh * K * V + state_offsets, state, mask=state_mask)
 
 
@@ -166,13 +172,15 @@ def _chunk_grads_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, in
 def parallel_block_sizes(B, T, H, K, V, chunk_size=None, value_block=None):
     """(chunk length, key width, value block of the sequential passes, value block of the chunk-parallel
     kernels, warps). Not yet timed on a GPU; chosen from ptxas -v for sm_90a (results/kernels.md): chunks of
-    16 (at 32 the gradient kernel spills 0.3-6 KB per thread at every head width, at 16 at most 0.4 KB up
-    to width 64), 8 warps from key width 64 (fewer spills than 4 everywhere); the sequential passes split
-    the value dimension until about two programs per SM are busy, the parallel kernels keep blocks <= 64."""
+    16 (at 32 the gradient kernel spills 0.3-6 KB per thread at every head width; at 16 at most 0.4 KB up
+    to width 64, 3.5 KB at 128 with extra writes), value blocks of at most 64 in the parallel kernels (32
+    with longer chunks, where 64 spills up to 12 KB), 8 warps from key width 64 (fewer spills than 4
+    everywhere); the sequential passes split the value dimension until about two programs per SM are busy."""
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
     BT = chunk_size or 16
-    return BT, BK, value_block or _value_block(B * H, BV), value_block or min(BV, 64), 4 if BK <= 32 else 8
+    parallel_block = min(BV, 64 if BT <= 16 else 32)
+    return BT, BK, value_block or _value_block(B * H, BV), value_block or parallel_block, 4 if BK <= 32 else 8
 
 
 def _pointer_or(x, placeholder):
@@ -198,7 +206,8 @@ class _ChunkParallelScan(torch.autograd.Function):
         inverses = torch.empty(B, H, NT, BT, BT, **fp32) if beta is not None else q_state
         w = torch.empty(B, T, H, K, **fp32) if beta is not None else q_state  # W of every chunk
         o_intra = torch.empty(B, T, H, V, **fp32)  # O_c
-        chunk_inputs = torch.empty(B, H, NT, K, V, **fp32)  # D_c
+        u = torch.empty(B, T, H, V, **fp32) if beta is not None else v  # U
+        extra_states = torch.empty(B, H, NT, K, V, **fp32) if extra_k is not None else o_intra  # E_c
         o = torch.empty(B, T, H, V, device=q.device, dtype=v.dtype)
         final_state = torch.empty(B, H, K, V, **fp32)
         chunk_states = torch.empty(B, H, NT, K, V, **fp32) if needs_grad else final_state  # S_c
@@ -206,12 +215,12 @@ class _ChunkParallelScan(torch.autograd.Function):
         _wy_kernel[(NT, B * H)](q, k, g, _pointer_or(beta, g), inverses, w, q_state, scale, T, H, K, NT, **flags,
                                 num_warps=warps)
         _intra_kernel[(triton.cdiv(V, BV_par), B * H, NT)](
-            q, k, v, g, _pointer_or(beta, g), _pointer_or(extra_k, q), _pointer_or(extra_v, v), inverses, o_intra, chunk_inputs,
-            scale, T, H, K, V, L, NT, HAS_EXTRA=extra_k is not None, **flags, BV=BV_par, num_warps=warps)
+            q, k, v, g, _pointer_or(beta, g), _pointer_or(extra_k, q), _pointer_or(extra_v, v), inverses, o_intra, u,
+            extra_states, scale, T, H, K, V, L, NT, HAS_EXTRA=extra_k is not None, **flags, BV=BV_par, num_warps=warps)
         _state_kernel[(triton.cdiv(V, BV_seq), B * H)](
-            k, g, w, q_state, o_intra, chunk_inputs, _pointer_or(initial_state, final_state), o, final_state, chunk_states,
-            T, H, K, V, NT, HAS_INITIAL=initial_state is not None, STORE_CHUNK_STATES=needs_grad, **flags, BV=BV_seq,
-            num_warps=warps)
+            k, g, w, u, q_state, o_intra, extra_states, _pointer_or(initial_state, final_state), o, final_state, chunk_states,
+            T, H, K, V, NT, HAS_EXTRA=extra_k is not None, HAS_INITIAL=initial_state is not None,
+            STORE_CHUNK_STATES=needs_grad, **flags, BV=BV_seq, num_warps=warps)
         if needs_grad:
             ctx.save_for_backward(q, k, v, g, beta, extra_k, extra_v, inverses, w, q_state, chunk_states)
             ctx.config = (scale, BT, BK, BV_seq, BV_par, warps, NT, precision, initial_state is not None)

@@ -132,12 +132,14 @@ def _given_or_zeros(ptr, offsets, mask, GIVEN: tl.constexpr, BK: tl.constexpr, B
 
 
 @triton.jit
-def _chunk_forward(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_ptr, o_ptr, state,
+def _chunk_forward(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_ptr, o_ptr, u_ptr, state,
                    b, h, bh, chunk, v0, scale, T, H, K, V, L, NT,
-                   HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, WITH_STATE: tl.constexpr, PRECISION: tl.constexpr,
-                   BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+                   HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, WITH_STATE: tl.constexpr, SEPARATE_U: tl.constexpr,
+                   PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
     """One chunk from the state at its start, state [BK, BV] (taken as zero when not WITH_STATE): stores
-    scale * o of its tokens at o_ptr ([B, T, H, V], any float dtype) and returns the state at its end."""
+    scale * o of its tokens at o_ptr ([B, T, H, V], any float dtype) and returns the state at its end.
+    With SEPARATE_U the returned state leaves out the write k^T (exp(G_C - G) * u) of u, the values written
+    after the erase, and u is stored at u_ptr ([B, T, H, V] fp32) when beta is given (else u = v)."""
     t0 = chunk * BT
     q, k, v, g, beta = _load_chunk(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, b, h, t0, v0, T, H, K, V, HAS_BETA, BT, BK, BV)
     tokens = tl.arange(0, BT)
@@ -178,7 +180,12 @@ def _chunk_forward(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse
     t = t0 + tokens
     o_offsets = ((b * T + t) * H + h)[:, None] * V + cols_v[None, :]
     tl.store(o_ptr + o_offsets, (scale * o).to(o_ptr.dtype.element_ty), mask=(t[:, None] < T) & (cols_v[None, :] < V))
-    return next_state + tl.dot(tl.trans(k * to_end[:, None]), u, input_precision=PRECISION)
+    if SEPARATE_U:
+        if HAS_BETA:
+            tl.store(u_ptr + o_offsets, u, mask=(t[:, None] < T) & (cols_v[None, :] < V))
+    else:
+        next_state += tl.dot(tl.trans(k * to_end[:, None]), u, input_precision=PRECISION)
+    return next_state
 
 
 @triton.jit
@@ -198,9 +205,9 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, s0_ptr
         chunk = tl.cast(n, tl.int64)
         if STORE_CHUNK_STATES:
             tl.store(chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, state, mask=state_mask)
-        state = _chunk_forward(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_ptr, o_ptr, state,
+        state = _chunk_forward(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_ptr, o_ptr, o_ptr, state,
                                b, h, bh, chunk, v0, scale, T, H, K, V, L, NT,
-                               HAS_BETA, HAS_EXTRA, True, PRECISION, BT, BK, BV)
+                               HAS_BETA, HAS_EXTRA, True, False, PRECISION, BT, BK, BV)
     tl.store(final_ptr + bh * K * V + state_offsets, state, mask=state_mask)
 
 
