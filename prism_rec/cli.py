@@ -85,10 +85,18 @@ def command_import_runs(args) -> None:
 
 
 def command_ui(args) -> None:
-    from .tracking import tracking_uri
+    from .tracking import tracking_uri, ui_links
 
     url = f"http://{args.host}:{args.port}"
-    print(f"MLflow UI over {tracking_uri()} at {url} (Ctrl-C to stop)", flush=True)
+    print(f"MLflow UI over {tracking_uri()} at {url} (Ctrl-C to stop)")
+    links = ui_links(url)
+    for name, views in links:
+        print(f"\n{name}:")
+        for view, link in views.items():
+            print(f"  {view + ':':<13} {link}")
+    if not links:
+        print("no runs in the store yet: `make bench` first")
+    print(flush=True)
     os.execvp(sys.executable, [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri(),
                                "--host", args.host, "--port", str(args.port)])
 
@@ -98,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .data import commands as data_commands
     from . import throughput
     from .probes import cli as probe_commands
-    from .tables import RESULTS_DIR
+    from .tables import LOCAL_RESULTS_DIR
 
     parser = argparse.ArgumentParser(prog="prism-rec", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -137,7 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--min-item-interactions", type=int)
     bench.add_argument("--option", action="append", type=parse_option, default=[], metavar="KEY=VALUE",
                        help="backbone option, e.g. --option L=2 (repeatable)")
-    bench.add_argument("--results-dir", default=RESULTS_DIR)
+    bench.add_argument("--results-dir", default=LOCAL_RESULTS_DIR,
+                       help="where the table of the store's runs goes (default results/local, git-ignored; the "
+                            "published tables in results/<dataset> are never written by bench)")
     bench.add_argument("--no-progress", action="store_true")
     bench.add_argument("--resume", action="store_true",
                        help="continue every run of these settings that has a checkpoint (interrupted or killed)")
@@ -145,8 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where interrupted runs keep their checkpoints (default checkpoints/)")
     bench.set_defaults(func=command_bench)
 
-    tables = commands.add_parser("tables", help="rebuild results/<dataset>/auc.md from the MLflow store")
-    tables.add_argument("--results-dir", default=RESULTS_DIR)
+    tables = commands.add_parser("tables", help="rebuild results/local/<dataset>/auc.md from the MLflow store")
+    tables.add_argument("--results-dir", default=LOCAL_RESULTS_DIR)
     tables.set_defaults(func=command_tables)
 
     import_runs = commands.add_parser("import-runs", help="log JSON run records (e.g. from a GPU machine) into the store")

@@ -1,9 +1,13 @@
 """``prism-rec bench``: train every (model, seed) on one dataset, log to MLflow, write the AUC table.
 
 One MLflow experiment per dataset, one parent run per invocation, one child run ``<model>-s<seed>``
-per training with every config value as a param, per-epoch metrics, final test metrics, cost figures,
-the resolved config (config.json) and a learning-curve PNG; the parent keeps the AUC table (Markdown,
-CSV) and a bar chart of test AUC per model.
+per training with every setting as a param as it ran (:func:`run_settings`: the resolved device, precision
+and compile mode, every backbone option with its default filled in; also config.json), per-epoch metrics
+at step = epoch (1-based, like best_epoch), final test metrics, cost figures and a learning-curve PNG. The
+parent run carries the comparison of its children (:func:`_log_comparison`): per-model summary metrics,
+the AUC table and chart (sorted, with 95% intervals over test users and n) and every model's learning
+curves on shared axes. The user's AUC table of the store goes to results/local/<dataset>/ (git-ignored);
+the published tables in results/<dataset>/ are never written here.
 
 Every option is checked before anything is loaded or logged (:func:`check_bench_options`, which builds
 each backbone once): a bad one raises :class:`OptionError`. Training writes a checkpoint after every
@@ -26,6 +30,7 @@ import shlex
 import signal
 import socket
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass, field, replace
@@ -37,14 +42,18 @@ from .checkpoint import CHECKPOINT_DIR, checkpoint_file, config_hash, silence_cl
 from .data.core import DataError, check_options as check_data_options
 from .data.sources import load_dataset
 from .errors import BenchFailures, OptionError
-from .plots import learning_curve
+from .compile import resolve_compile
+from .metrics import METRIC_NAMES
+from .plots import auc_bar_chart, learning_curve, learning_curves
 from .records import CASE_RANKS_ARTIFACT, case_ranks_entry, dataset_stats_tag, final_metrics, run_hash
 from .registry import backbone_entry, build_backbone, get_dataset
-from .tables import RESULTS_DIR, write_tables
+from .tables import LOCAL_RESULTS_DIR, RESULTS_DIR, markdown_table, spread_note, summarise, \
+    with_test_user_intervals, write_tables
 from .tracking import end_runs_of_dead_processes, experiment_id, process_tags, provenance_tags
 from .train import TrainConfig, fit, read_checkpoint, resolve_device
 
 FINISHED, RESUME, FRESH = "finished", "resume", "fresh"
+SHARED_BACKBONE_SETTINGS = ("d_model", "n_layers", "n_heads", "dropout")  # TrainConfig's, passed to every backbone
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -120,8 +129,28 @@ def _blamed_option(message: str, config: TrainConfig) -> str:
     return "options"
 
 
+def backbone_options(model: str, config: TrainConfig) -> dict:
+    """Every option of ``model``'s backbone as it is built: the factory's defaults, then the registered
+    preset's, then ``config.backbone_options`` (the settings TrainConfig shares with every backbone left out)."""
+    entry = backbone_entry(model)
+    defaults = {name: parameter.default for name, parameter in inspect.signature(entry.factory).parameters.items()
+                if parameter.default is not inspect.Parameter.empty and name not in SHARED_BACKBONE_SETTINGS}
+    return {**defaults, **entry.defaults, **config.backbone_options}
+
+
+def run_settings(model: str, config: TrainConfig, device, distributed: bool = False) -> dict:
+    """``config.params()`` as the run trains on ``device``: the device itself (not "auto"), the precision it
+    computes in (bf16 autocast only on CUDA, fp32 on the CPU), the compile mode that ``config.compile``
+    resolves to, and every backbone option (:func:`backbone_options`) as ``backbone.<name>``."""
+    params = {key: value for key, value in config.params().items() if not key.startswith("backbone.")}
+    params.update(device=str(device), precision=config.precision if device.type == "cuda" else "fp32",
+                  compile=resolve_compile(config.compile, device, distributed))
+    params.update({f"backbone.{key}": value for key, value in sorted(backbone_options(model, config).items())})
+    return params
+
+
 def bench(dataset_name: str, models: list[str], seeds: list[int], config: TrainConfig,
-          data_options: dict | None = None, results_dir=RESULTS_DIR, command: str | None = None,
+          data_options: dict | None = None, results_dir=LOCAL_RESULTS_DIR, command: str | None = None,
           resume: bool = False, checkpoint_dir: Path = CHECKPOINT_DIR) -> dict:
     """Run the benchmark; returns {(model, seed): result} of the runs trained (and finished) now."""
     data_options = data_options or {}
@@ -187,7 +216,8 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
                      run_name=None if parent_id else f"bench-{time.strftime('%Y%m%d-%H%M%S')}",
                      tags={**tags, "prism_rec_role": "parent", "config_hash": bench_hash}) as parent:
         if parent_id is None:
-            mlflow.log_params({"dataset": dataset_name, "models": ",".join(models), "seeds": ",".join(map(str, seeds)),
+            mlflow.log_params({"dataset": dataset_name, "models": ",".join(models), "seeds": len(seeds),
+                               "seed_values": ",".join(map(str, seeds)), "device": str(device),
                                **{f"data.{k}": v for k, v in dataset.options.items()}})
         for index, (model, seed) in enumerate(keys, start=1):
             path = checkpoint_for(model, seed)
@@ -203,7 +233,7 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
                 with _mlflow_run(run_id=planned.child_id, experiment_id=None if planned.child_id else experiment,
                                  run_name=f"{model}-s{seed}", nested=True, tags=child_tags) as child:
                     result = _train_child(world, dataset, dataset_name, model, replace(config, seed=seed), planned,
-                                          path, child.info.run_id)
+                                          path, child.info.run_id, device)
             except KeyboardInterrupt:
                 if path.exists():
                     print(f"\ninterrupted: checkpoint {path}; continue with --resume (make bench ... RESUME=1)",
@@ -216,12 +246,14 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
             path.unlink(missing_ok=True)  # after the run ended FINISHED: a kill in between keeps both
             results[(model, seed)] = result
         if results or any(planned.action == FINISHED for planned in plan.values()):
-            markdown, csv, chart = write_tables(dataset_name, results_dir)
-            for artifact in (markdown, csv, chart):
-                mlflow.log_artifact(str(artifact))
+            comparison = _log_comparison(experiment, parent.info.run_id, dataset_name)
             print()
-            print(markdown.read_text())
-            print(f"AUC table written to {markdown} and {csv}, chart to {chart}")
+            print(comparison)
+            markdown, csv, chart = write_tables(dataset_name, results_dir)
+            print(f"\nYour AUC table (every finished run of this protocol in the store): {markdown} and {csv}, "
+                  f"chart {chart}")
+            print(f"Published headline tables (H200, not touched by bench): {RESULTS_DIR / dataset_name / 'auc.md'}")
+            print(f"This bench's comparison: MLflow parent run {parent.info.run_id} (`make ui` prints its links)")
         if failures:
             mlflow.set_tag("failures", "; ".join(failures)[:4000])
     if failures:
@@ -249,25 +281,28 @@ def _mlflow_run(**kwargs):
 
 
 def _train_child(world: distributed.World, dataset, dataset_name: str, model: str, run_config: TrainConfig,
-                 planned: Planned, path: Path, run_id: str) -> dict:
+                 planned: Planned, path: Path, run_id: str, device) -> dict:
     """Train one (model, seed) inside its active child run: params (a new run; a resumed one loses the
     error tag of a crash), the epochs a resumed checkpoint holds that the run lacks, config.json,
-    per-epoch metrics, then the result."""
+    per-epoch metrics (step = epoch, 1-based), then the result."""
     import mlflow
 
     client = mlflow.MlflowClient()
+    settings = run_settings(model, run_config, device, world.distributed)
     if planned.child_id is None:
-        mlflow.log_params({"model": model, **{f"data.{k}": v for k, v in dataset.options.items()},
-                           **run_config.params()})
+        mlflow.log_params({"model": model, **{f"data.{k}": v for k, v in dataset.options.items()}, **settings})
     elif "error" in client.get_run(run_id).data.tags:  # a crashed run resumed: its error is history
         client.delete_tag(run_id, "error")
     logged = {metric.step for metric in client.get_metric_history(run_id, "valid_auc")}
-    for step, row in enumerate(planned.history):
-        if step not in logged:
-            mlflow.log_metrics(row, step=step)
-    mlflow.log_dict({"model": model, "dataset": dataset_name, "data": dataset.options,
-                     "train": asdict(run_config), "world_size": world.size}, "config.json")
-    result = fit(dataset, model, run_config, on_epoch=lambda epoch, metrics: mlflow.log_metrics(metrics, step=epoch),
+    for epoch, row in enumerate(planned.history, start=1):
+        if epoch not in logged:
+            mlflow.log_metrics(row, step=epoch)
+    train = {**asdict(run_config), **{key: settings[key] for key in ("device", "precision", "compile")},
+             "backbone_options": backbone_options(model, run_config)}
+    mlflow.log_dict({"model": model, "dataset": dataset_name, "data": dataset.options, "train": train,
+                     "world_size": world.size}, "config.json")
+    result = fit(dataset, model, run_config,
+                 on_epoch=lambda epoch, metrics: mlflow.log_metrics(metrics, step=epoch + 1),
                  checkpoint_path=path, resume=planned.action == RESUME, world=world)
     _log_result(result, f"{dataset_name} {model} seed {run_config.seed}")
     return result
@@ -278,10 +313,46 @@ def _log_result(result: dict, title: str) -> None:
 
     mlflow.log_metrics(final_metrics(result))
     mlflow.log_dict(case_ranks_entry(result), CASE_RANKS_ARTIFACT)
-    mlflow.log_figure(learning_curve(result["history"], title), "learning_curve.png")
+    mlflow.log_figure(learning_curve(result["history"], title, result["best_epoch"]), "learning_curve.png")
     print(f"    test AUC {result['test']['auc']:.4f}  Hit@10 {result['test']['hit_10']:.4f}  "
           f"best epoch {result['best_epoch']}/{result['epochs_run']}  "
           f"{result['train_tokens_per_s']:,.0f} tokens/s  {result['wall_seconds']:.1f} s")
+
+
+def _log_comparison(experiment: str, parent_id: str, dataset_name: str) -> str:
+    """Log onto the active parent run the comparison of its finished children: metrics
+    ``test_<metric>_mean/<model>``, ``test_auc_ci_low|high/<model>``, ``n_seeds/<model>`` and
+    ``n_test_users/<model>``; artifacts auc.md, auc.csv, auc.png (sorted, 95% intervals over test users, n)
+    and learning_curves.png (every model on shared axes, best epochs starred). Returns the Markdown table."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    children = mlflow.search_runs([experiment], order_by=["tags.model", "tags.seed"],
+                                  filter_string=f"tags.prism_rec_role = 'child' and tags.mlflow.parentRunId = "
+                                                f"'{parent_id}' and attributes.status = 'FINISHED'")
+    summary = with_test_user_intervals(summarise(children), children)
+    metrics = {}
+    for _, row in summary.iterrows():
+        model = row["model"]
+        metrics.update({f"test_{name}_mean/{model}": row[f"{name}_mean"] for name in METRIC_NAMES})
+        metrics.update({f"n_seeds/{model}": row["n_seeds"], f"n_test_users/{model}": row["n_users"],
+                        f"test_auc_ci_low/{model}": row["auc_ci_low"], f"test_auc_ci_high/{model}": row["auc_ci_high"]})
+    mlflow.log_metrics({key: float(value) for key, value in metrics.items() if value == value})  # NaN: unknown
+    histories = {}
+    for _, child in children.iterrows():
+        rows = {name: client.get_metric_history(child["run_id"], name) for name in ("train_loss", "valid_auc")}
+        history = [{"train_loss": loss.value, "valid_auc": auc.value} for loss, auc in
+                   zip(sorted(rows["train_loss"], key=lambda m: m.step), sorted(rows["valid_auc"], key=lambda m: m.step))]
+        histories.setdefault(child["tags.model"], []).append((history, int(child["metrics.best_epoch"])))
+    table = f"# {dataset_name}: this bench's test metrics\n\n{spread_note(summary)}\n\n{markdown_table(summary)}\n"
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "auc.md").write_text(table)
+        summary.to_csv(Path(folder) / "auc.csv", index=False, float_format="%.6f")
+        auc_bar_chart(summary, f"{dataset_name}: full-ranking test AUC", Path(folder) / "auc.png")
+        mlflow.log_artifacts(folder)
+    mlflow.log_figure(learning_curves(histories, f"{dataset_name}: learning curves of this bench"),
+                      "learning_curves.png")
+    return table
 
 
 def _train_silently(world: distributed.World, dataset, keys: list[tuple[str, int]], config: TrainConfig,

@@ -1,4 +1,7 @@
-"""AUC tables and chart: one row (bar) per model, mean ± std over seeds, from the runs in the MLflow store."""
+"""AUC tables and chart: one row (bar) per model, the mean over seeds with its std (where there are several)
+and a 95% bootstrap interval over test users, from the runs in the MLflow store. ``prism-rec bench`` and
+``prism-rec tables`` write into results/local/ (git-ignored): results/<dataset>/ holds the published
+tables of the headline report (headline_report.py), which a user's runs never replace."""
 
 from __future__ import annotations
 
@@ -9,11 +12,15 @@ import numpy as np
 import pandas as pd
 
 from .files import write_atomically
+from .case_ranks import decode
 from .metrics import METRIC_NAMES
+from .records import CASE_RANKS_ARTIFACT
 from .plots import auc_bar_chart
+from .stats import bootstrap_mean_ci
 from .tracking import PROJECT_ROOT, experiment_id
 
-RESULTS_DIR = PROJECT_ROOT / "results"
+RESULTS_DIR = PROJECT_ROOT / "results"  # the published tables (headline_report.py)
+LOCAL_RESULTS_DIR = RESULTS_DIR / "local"  # a user's benches (git-ignored)
 COLUMN_TITLES = {"auc": "AUC", **{f"{kind}_{k}": f"{kind.upper() if kind == 'ndcg' else 'Hit'}@{k}"
                                   for kind in ("hit", "ndcg") for k in (10, 200, 500)}}
 
@@ -70,9 +77,40 @@ def pipe_table(header: list[str], rows: list[list[str]], align: str) -> str:
     return "\n".join(["| " + " | ".join(header) + " |", rule, *("| " + " | ".join(row) + " |" for row in rows)])
 
 
+def with_test_user_intervals(summary: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """``summary`` plus n_users, auc_ci_low and auc_ci_high: the 95% bootstrap interval over test users of
+    the seed-averaged per-user AUC (stats.bootstrap_mean_ci) from each run's case-ranks artifact. A model
+    whose runs lack it, or ranked different users, keeps NaN there."""
+    import mlflow
+
+    columns = {"n_users": [], "auc_ci_low": [], "auc_ci_high": []}
+    for model in summary["model"]:
+        per_user = []
+        for run_id in runs.loc[runs["tags.model"] == model, "run_id"]:
+            try:
+                cases = decode(mlflow.artifacts.load_dict(f"runs:/{run_id}/{CASE_RANKS_ARTIFACT}"), run_id)
+            except (OSError, ValueError, mlflow.exceptions.MlflowException):
+                break
+            order = np.argsort(cases.users, kind="stable")
+            per_user.append((cases.users[order], cases.auc()[order]))
+        if not per_user or len(per_user) < (runs["tags.model"] == model).sum() or any(
+                not np.array_equal(users, per_user[0][0]) for users, _ in per_user):
+            interval, users = (np.nan, np.nan), np.nan
+        else:
+            interval, users = bootstrap_mean_ci(np.stack([auc for _, auc in per_user])), len(per_user[0][0])
+        columns["n_users"].append(users)
+        columns["auc_ci_low"].append(interval[0])
+        columns["auc_ci_high"].append(interval[1])
+    return summary.assign(**columns)
+
+
 def markdown_table(summary: pd.DataFrame) -> str:
-    """Markdown rows with the best mean of each metric in bold."""
+    """Markdown rows with the best mean of each metric in bold; where ``summary`` has auc_ci_low and
+    auc_ci_high, a column with that interval (and the number of test users) after AUC."""
+    intervals = "auc_ci_low" in summary
     header = ["Model", *(COLUMN_TITLES[name] for name in METRIC_NAMES), "Params", "Seeds"]
+    if intervals:
+        header[2:2] = ["AUC 95% CI (test users)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     best = {name: summary[f"{name}_mean"].max() for name in METRIC_NAMES}
     for _, row in summary.iterrows():
@@ -81,9 +119,21 @@ def markdown_table(summary: pd.DataFrame) -> str:
             mean, std = row[f"{name}_mean"], row[f"{name}_std"]
             text = f"{mean:.4f}" + ("" if np.isnan(std) else f" ± {std:.4f}")
             cells.append(f"**{text}**" if mean == best[name] else text)
+        if intervals:
+            cells[2:2] = ["—" if np.isnan(row["auc_ci_low"]) else
+                          f"[{row['auc_ci_low']:.4f}, {row['auc_ci_high']:.4f}] ({int(row['n_users']):,} users)"]
         cells += [f"{row['n_parameters']:,}", str(row["n_seeds"])]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def spread_note(summary: pd.DataFrame) -> str:
+    """What the ± and the interval of a table mean, with one seed per model said as such."""
+    seeds = ("One seed per model: no std over seeds (pass --seeds N for one)." if (summary["n_seeds"] == 1).all()
+             else "Mean ± sample std over seeds (a model with one seed has no ±).")
+    return (f"{seeds} The 95% CI is a bootstrap over test users of the seed-averaged per-user AUC; each test "
+            "case ranks its target against all items (ties count 1/2 in AUC, against the target in Hit/NDCG). "
+            "Best mean per column in bold.")
 
 
 def table_folder(results_dir: Path, dataset: str) -> Path:
@@ -97,13 +147,13 @@ def table_folder(results_dir: Path, dataset: str) -> Path:
     return folder
 
 
-def write_tables(dataset: str, results_dir: Path = RESULTS_DIR) -> tuple[Path, Path, Path]:
-    """Write auc.md, auc.csv and the bar chart auc.png from the store into results/<dataset> (or its store/
-    folder, see table_folder); returns their paths."""
+def write_tables(dataset: str, results_dir: Path = LOCAL_RESULTS_DIR) -> tuple[Path, Path, Path]:
+    """Write auc.md, auc.csv and the bar chart auc.png from the store into results_dir/<dataset> (or its
+    store/ folder, see table_folder); returns their paths."""
     runs, other_protocols = finished_child_runs(dataset)
     if runs.empty:
         raise ValueError(f"no finished runs for dataset {dataset!r} in the tracking store")
-    summary = summarise(runs)
+    summary = with_test_user_intervals(summarise(runs), runs)
     folder = table_folder(results_dir, dataset)
     folder.mkdir(parents=True, exist_ok=True)
     commands = sorted(set(runs["tags.command"].dropna()))
@@ -114,8 +164,7 @@ def write_tables(dataset: str, results_dir: Path = RESULTS_DIR) -> tuple[Path, P
     lines = [
         f"# {dataset}: full-ranking test metrics",
         "",
-        "Mean ± sample std over seeds; each test case ranks its target against all items (ties count 1/2 in",
-        "AUC, against the target in Hit/NDCG). Best mean per column in bold.",
+        spread_note(summary),
         "",
         markdown_table(summary),
         "",
@@ -135,7 +184,7 @@ def write_tables(dataset: str, results_dir: Path = RESULTS_DIR) -> tuple[Path, P
     return markdown_path, csv_path, chart_path
 
 
-def write_all_tables(results_dir: Path = RESULTS_DIR) -> list[Path]:
+def write_all_tables(results_dir: Path = LOCAL_RESULTS_DIR) -> list[Path]:
     """Rebuild the table of every experiment that holds benchmark runs."""
     import mlflow
 

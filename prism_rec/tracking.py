@@ -1,5 +1,6 @@
-"""MLflow plumbing: the project's tracking store, experiments, run provenance tags, and the runs that
-processes killed outright (SIGKILL, the OOM killer) left RUNNING."""
+"""MLflow plumbing: the project's tracking store, experiments (tagged as model-training experiments), the UI
+links that show them ranked, run provenance tags, and the runs that processes killed outright (SIGKILL,
+the OOM killer) left RUNNING."""
 
 from __future__ import annotations
 
@@ -9,12 +10,19 @@ import os
 import platform
 import socket
 import subprocess
+import urllib.parse
 from pathlib import Path
 
 import torch
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 STORE_DIR = PROJECT_ROOT / ".mlflow"
+# MLflow 3's UI reads the kind of an experiment from this tag (its "experiment type" setting); the landing
+# view of a click follows the UI's workflow type instead (the ``workflowType`` URL parameter, remembered in
+# the browser), which is why ``prism-rec ui`` prints links that carry it.
+EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND = "mlflow.experimentKind", "custom_model_development"
+EXPERIMENT_NOTE_TAG = "mlflow.note.content"  # the description the UI shows above an experiment's runs
+RANKING_METRIC = "test_auc"
 
 
 def tracking_uri() -> str:
@@ -49,8 +57,8 @@ def store_lock():
 
 
 def experiment_id(name: str) -> str:
-    """Id of experiment ``name``, created with an artifact folder beside the store if missing; the store
-    is opened (and created) under :func:`store_lock`."""
+    """Id of experiment ``name``, created with an artifact folder beside the store and the model-training
+    tags (:func:`tag_model_training`) if missing; the store is opened (and created) under :func:`store_lock`."""
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri())
@@ -58,7 +66,51 @@ def experiment_id(name: str) -> str:
         experiment = mlflow.get_experiment_by_name(name)
         if experiment is not None:
             return experiment.experiment_id
-        return mlflow.create_experiment(name, artifact_location=(artifact_root() / name).resolve().as_uri())
+        created = mlflow.create_experiment(name, artifact_location=(artifact_root() / name).resolve().as_uri())
+        tag_model_training(created)
+        return created
+
+
+EXPERIMENT_NOTE = ("prism-rec benchmark runs: one parent run `bench-<time>` per `prism-rec bench` (its metrics "
+                   "`test_auc_mean/<model>` and artifacts auc.png, auc.md, learning_curves.png compare the models) "
+                   "and one child run `<model>-s<seed>` per training. Sort by test_auc (Columns: add "
+                   "metrics test_auc) or open the links `make ui` prints.")
+
+
+def tag_model_training(experiment: str) -> None:
+    """Mark experiment id ``experiment`` as a model-training (not GenAI) experiment, with a description."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    client.set_experiment_tag(experiment, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)
+    client.set_experiment_tag(experiment, EXPERIMENT_NOTE_TAG, EXPERIMENT_NOTE)
+
+
+def runs_view_url(base_url: str, experiment: str, mode: str = "TABLE") -> str:
+    """The UI's runs view of experiment id ``experiment`` in model-training mode, ranked by test AUC (best
+    first); ``mode`` TABLE (the ranked list), CHART (a chart per metric) or ARTIFACT (artifacts side by side)."""
+    if mode not in ("TABLE", "CHART", "ARTIFACT"):
+        raise ValueError(f"runs view mode {mode!r}: expected TABLE, CHART or ARTIFACT")
+    query = {"workflowType": "machine_learning", "orderByKey": f"metrics.`{RANKING_METRIC}`", "orderByAsc": "false",
+             "compareRunsMode": mode}
+    return f"{base_url.rstrip('/')}/#/experiments/{experiment}/runs?{urllib.parse.urlencode(query, quote_via=urllib.parse.quote)}"
+
+
+def ui_links(base_url: str) -> list[tuple[str, dict[str, str]]]:
+    """(experiment name, {view: URL}) for every experiment of the store that holds runs, each first tagged
+    as model training (:func:`tag_model_training`): the ranked runs, the charts and the artifacts view."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri())
+    links = []
+    for experiment in mlflow.search_experiments(order_by=["name"]):
+        if mlflow.search_runs([experiment.experiment_id], max_results=1).empty:
+            continue
+        tag_model_training(experiment.experiment_id)
+        links.append((experiment.name, {"ranked runs": runs_view_url(base_url, experiment.experiment_id),
+                                        "charts": runs_view_url(base_url, experiment.experiment_id, "CHART"),
+                                        "artifacts": runs_view_url(base_url, experiment.experiment_id, "ARTIFACT")}))
+    return links
 
 
 def _process_start(pid: int) -> str:

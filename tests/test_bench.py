@@ -39,7 +39,7 @@ def test_precision_enters_the_settings_hash_only_when_not_the_default():
 def test_bench_logs_runs_and_writes_table(store, tiny, run_cli):
     result = run_cli("bench", "--dataset", "ml-100k", "--models", "sasrec", "--seeds", "2",
                      "--results-dir", str(store / "results"), *tiny)
-    assert "AUC table written to" in result.stdout
+    assert "Your AUC table" in result.stdout and "Published headline tables (H200, not touched" in result.stdout
     table = (store / "results" / "ml-100k" / "auc.md").read_text()
     assert "| sasrec |" in table and "Produced by:" in table
     csv = (store / "results" / "ml-100k" / "auc.csv").read_text().splitlines()
@@ -50,7 +50,9 @@ def test_bench_logs_runs_and_writes_table(store, tiny, run_cli):
     assert set(runs["status"]) == {"FINISHED"}
     assert children["metrics.test_auc"].between(0, 1).all()
     history = mlflow.MlflowClient().get_metric_history(children["run_id"].iloc[0], "valid_auc")
-    assert [m.step for m in history] == [0, 1]
+    assert [m.step for m in history] == [1, 2]  # step = epoch, 1-based like best_epoch
+    params = children["params.device"].tolist() + children["params.precision"].tolist()
+    assert params == ["cpu", "cpu", "fp32", "fp32"]  # what ran (the CPU computes in fp32), not "auto" and bf16
     for tag in ("git_commit", "torch_version", "torch_threads", "device", "dataset", "model", "seed", "config_hash",
                 "prism_rec_pid"):
         assert children[f"tags.{tag}"].notna().all()
@@ -63,13 +65,38 @@ def test_bench_logs_runs_and_writes_table(store, tiny, run_cli):
         assert cases.auc().mean() == pytest.approx(test_auc, abs=1e-12)
         config = json.loads(open(client.download_artifacts(run_id, "config.json", str(store))).read())
         assert config["model"] == "sasrec" and config["train"]["d_model"] == 16
-    parent_id = runs.loc[runs["tags.prism_rec_role"] == "parent", "run_id"].iloc[0]
-    assert {a.path for a in client.list_artifacts(parent_id)} == {"auc.md", "auc.csv", "auc.png"}
+        assert config["train"]["device"] == "cpu" and config["train"]["precision"] == "fp32"
+    parent = runs[runs["tags.prism_rec_role"] == "parent"].iloc[0]
+    assert {a.path for a in client.list_artifacts(parent["run_id"])} == {"auc.md", "auc.csv", "auc.png",
+                                                                        "learning_curves.png"}
+    assert parent["params.seeds"] == "2" and parent["params.seed_values"] == "0,1"
+    assert parent["metrics.n_seeds/sasrec"] == 2 and parent["metrics.n_test_users/sasrec"] == 943
+    assert parent["metrics.test_auc_mean/sasrec"] == pytest.approx(children["metrics.test_auc"].mean())
+    assert parent["metrics.test_auc_ci_low/sasrec"] < parent["metrics.test_auc_mean/sasrec"] < \
+        parent["metrics.test_auc_ci_high/sasrec"]
     assert (store / "results" / "ml-100k" / "auc.png").read_bytes().startswith(b"\x89PNG")
 
     rebuilt = run_cli("tables", "--results-dir", str(store / "rebuilt"))
     assert "ml-100k" in rebuilt.stdout
     assert (store / "rebuilt" / "ml-100k" / "auc.csv").read_text() == (store / "results" / "ml-100k" / "auc.csv").read_text()
+
+
+def test_params_name_every_backbone_option_with_its_default():
+    from prism_rec.runner import run_settings
+
+    params = run_settings("prism", TrainConfig(device="auto", backbone_options={"L": 2}), torch.device("cpu"))
+    assert params["device"] == "cpu" and params["precision"] == "fp32" and params["compile"] == "off"
+    assert params["backbone.L"] == 2 and params["backbone.nonlinearity"] == "gelu"
+    assert run_settings("prism-L1", TrainConfig(), torch.device("cpu"))["backbone.L"] == 1  # the preset's value
+    assert "backbone.d_model" not in params  # the shared settings keep their own names
+
+
+def test_one_seed_is_said_as_such_and_logged_as_a_count(store, tiny, run_cli):
+    run_cli("bench", "--models", "sasrec", "--seeds", "1", "--epochs", "1", "--results-dir", str(store / "r"), *tiny)
+    parent = mlflow.search_runs(experiment_names=["ml-100k"], filter_string="tags.prism_rec_role = 'parent'").iloc[0]
+    assert parent["params.seeds"] == "1" and parent["params.seed_values"] == "0"
+    table = mlflow.artifacts.load_text(f"runs:/{parent['run_id']}/auc.md")
+    assert "One seed per model: no std over seeds" in table and " ± " not in table
 
 
 def test_crashing_training_marks_run_failed_and_the_others_still_run(store, tiny, monkeypatch, capsys):
