@@ -47,3 +47,14 @@ def test_chunk_parallel_bf16_inputs_close_to_fp32_reference():
     bf16 = {n: None if x is None else (x.detach().to(torch.bfloat16) if n in ("q", "k", "v", "extra_k", "extra_v") else x.detach()).requires_grad_()
             for n, x in inputs.items()}
     assert_close_to(run_with_grads(bf16, "chunk_parallel"), reference, rtol=2e-2)
+
+
+def test_chunk_parallel_block_size_rule():
+    """Chunks of 16; parallel value blocks of at most 64 (32 with longer chunks); the sequential passes split
+    the value dimension until about 264 programs; 4 warps up to key width 32, else 8."""
+    from prism_rec.kernels.chunk_parallel import parallel_block_sizes
+
+    assert parallel_block_sizes(256, 200, 4, 32, 32) == (16, 32, 32, 32, 4)
+    assert parallel_block_sizes(8, 8192, 8, 128, 128) == (16, 128, 32, 64, 8)
+    assert parallel_block_sizes(8, 8192, 8, 128, 128, chunk_size=32) == (32, 128, 32, 32, 8)
+    assert parallel_block_sizes(64, 1024, 4, 64, 64, value_block=16)[2:4] == (16, 16)
