@@ -255,12 +255,12 @@ def main():
         bypass_fla_hopper_guard()
 
     parts = ("forward", "train")
-    tasks = [("time", b, s, v, None, p) for s in reversed(shapes) for v in variants for b in backends for p in parts]  # longest compiles first
+    # longest first: fla's autotuning, then our longest shapes
+    tasks = [("time", "fla", s, v, None, p) for s in shapes for v in variants if v in ("L=0", "SSD") for p in parts] if args.fla else []
+    tasks += [("time", b, s, v, None, p) for s in reversed(shapes) for v in variants for b in backends for p in parts]
     tasks += [("check", backends, s, v, (torch.bfloat16, torch.float32), "initial") for s in SMALL_CHECK_SHAPES for v in variants]
     tasks += [("check", backends, s, v, check_dtypes(s), "") for s in shapes for v in variants]
     tasks += [("time", b, s, v, c, p) for s in shapes for v in sweep_variants for b in backends for c in chunk_sizes for p in parts]
-    if args.fla:
-        tasks += [("time", "fla", s, v, None, p) for s in shapes for v in variants if v in ("L=0", "SSD") for p in parts]
     warm_seconds = 0.6 * args.time_budget if args.time_budget else 3600.0
     warm_errors = warm_up(tasks, args.workers, args.fla_bypass, warm_seconds)
     print(f"compiled {len(tasks)} cases in {time.time() - started:.0f} s; errors: {len(warm_errors)}", flush=True)
