@@ -5,8 +5,9 @@ transform (kernels/chunk.py), which does not depend on the state; then one launc
 (value blocks, B * H), walks the chunks and writes o, the final state and, when gradients are
 needed, the state at the start of every chunk. Backward: one launch, grid (value blocks, B * H),
 walking the chunks in reverse with d(state) on chip, recomputing each chunk's intra-chunk terms from
-the stored chunk-start state and inverse. All accumulation is fp32; the matrix products use tf32
-for bf16/fp16 inputs and full fp32 for fp32 inputs.
+the stored chunk-start state and inverse. The chunk steps (`_chunk_forward`, `_chunk_backward`) are
+shared with the chunk-parallel backend (kernels/chunk_parallel.py). All accumulation is fp32; the
+matrix products use tf32 for bf16/fp16 inputs and full fp32 for fp32 inputs.
 """
 
 import contextlib
