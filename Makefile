@@ -50,7 +50,7 @@ bench: install
 test: install
 	$(BIN)/python -m pytest -q --ignore=tests/ui
 
-# Headless-browser check of the MLflow UI (needs Debian's chromium); screenshot in build/ui/.
+# Headless chromium opens the links `make ui` prints (needs Debian's chromium, else the test skips); screenshots in build/ui/.
 test-ui: install
 	PRISM_REC_TEST_UI=1 $(BIN)/python -m pytest -q tests/ui
 

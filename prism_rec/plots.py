@@ -82,7 +82,7 @@ def auc_bar_chart(summary: pd.DataFrame, title: str, path: Path, caption: str = 
         axes.annotate(f"{row['auc_mean']:.4f}  ({n})", (means[position] + above[position], position), va="center",
                       fontsize=8, xytext=(4, 0), textcoords="offset points")
     seeds = "one seed" if (ordered["n_seeds"] == 1).all() else "mean over seeds"
-    axes.set_xlim(CHANCE_AUC, min(1.0, (means + above).max() + 0.35 * ((means + above).max() - CHANCE_AUC)))
+    axes.set_xlim(CHANCE_AUC, min(1.0, (means + above).max() + 0.5 * ((means + above).max() - CHANCE_AUC)))
     axes.set(xlabel=f"test AUC ({seeds}; {whiskers}; bars start at chance, 0.5)", title=title)
     axes.grid(axis="x", alpha=0.3)
     _caption(figure, caption)

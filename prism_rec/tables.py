@@ -6,6 +6,7 @@ tables of the headline report (headline_report.py), which a user's runs never re
 from __future__ import annotations
 
 import datetime
+import os
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +84,7 @@ def with_test_user_intervals(summary: pd.DataFrame, runs: pd.DataFrame) -> pd.Da
     whose runs lack it, or ranked different users, keeps NaN there."""
     import mlflow
 
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per run read is noise
     columns = {"n_users": [], "auc_ci_low": [], "auc_ci_high": []}
     for model in summary["model"]:
         per_user = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import platform
 import socket
@@ -17,12 +18,21 @@ import torch
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 STORE_DIR = PROJECT_ROOT / ".mlflow"
-# MLflow 3's UI reads the kind of an experiment from this tag (its "experiment type" setting); the landing
-# view of a click follows the UI's workflow type instead (the ``workflowType`` URL parameter, remembered in
+# MLflow 3's UI reads the kind of an experiment from this tag (its "experiment type" setting); which view a
+# click lands on follows the UI's workflow type instead (the ``workflowType`` URL parameter, remembered in
 # the browser), which is why ``prism-rec ui`` prints links that carry it.
 EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND = "mlflow.experimentKind", "custom_model_development"
 EXPERIMENT_NOTE_TAG = "mlflow.note.content"  # the description the UI shows above an experiment's runs
+# A view the UI loads from an experiment tag named by the link's ``viewStateShareKey`` (MLflow's "share
+# view"): the child runs ranked by test AUC with their metric columns, charts narrowed to the AUCs.
+VIEW_KEY = "prism-rec-ranked"
+VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
 RANKING_METRIC = "test_auc"
+VIEW_COLUMNS = [*(f"metrics.`{name}`" for name in (RANKING_METRIC, "test_hit_10", "test_ndcg_10", "best_epoch",
+                                                   "epochs_run", "wall_seconds", "train_tokens_per_s")),
+                *(f"params.`{name}`" for name in ("device", "precision", "epochs", "patience"))]
+RANKED_VIEW = {"searchFilter": "tags.prism_rec_role = 'child'", "orderByKey": f"metrics.`{RANKING_METRIC}`",
+               "orderByAsc": False, "selectedColumns": VIEW_COLUMNS, "chartsSearchFilter": "auc"}
 
 
 def tracking_uri() -> str:
@@ -78,38 +88,51 @@ EXPERIMENT_NOTE = ("prism-rec benchmark runs: one parent run `bench-<time>` per 
 
 
 def tag_model_training(experiment: str) -> None:
-    """Mark experiment id ``experiment`` as a model-training (not GenAI) experiment, with a description."""
+    """Mark experiment id ``experiment`` as a model-training (not GenAI) experiment, with a description and
+    the ranked view that :func:`runs_view_url` links to."""
     import mlflow
 
     client = mlflow.MlflowClient()
     client.set_experiment_tag(experiment, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)
     client.set_experiment_tag(experiment, EXPERIMENT_NOTE_TAG, EXPERIMENT_NOTE)
+    client.set_experiment_tag(experiment, VIEW_TAG, json.dumps(RANKED_VIEW))
 
 
 def runs_view_url(base_url: str, experiment: str, mode: str = "TABLE") -> str:
-    """The UI's runs view of experiment id ``experiment`` in model-training mode, ranked by test AUC (best
-    first); ``mode`` TABLE (the ranked list), CHART (a chart per metric) or ARTIFACT (artifacts side by side)."""
+    """The UI's runs view of experiment id ``experiment`` in model-training mode, child runs ranked by test
+    AUC (best first) with their metrics as columns; ``mode`` TABLE (the ranked list), CHART (the AUC charts)
+    or ARTIFACT (the runs' artifacts side by side)."""
     if mode not in ("TABLE", "CHART", "ARTIFACT"):
         raise ValueError(f"runs view mode {mode!r}: expected TABLE, CHART or ARTIFACT")
-    query = {"workflowType": "machine_learning", "orderByKey": f"metrics.`{RANKING_METRIC}`", "orderByAsc": "false",
-             "compareRunsMode": mode}
+    # no sort or filter of its own: with one of them in the URL the UI ignores the shared view
+    query = {"workflowType": "machine_learning", "viewStateShareKey": VIEW_KEY, "compareRunsMode": mode}
     return f"{base_url.rstrip('/')}/#/experiments/{experiment}/runs?{urllib.parse.urlencode(query, quote_via=urllib.parse.quote)}"
 
 
+def run_artifact_url(base_url: str, experiment: str, run_id: str, artifact: str) -> str:
+    """The UI page of run ``run_id``'s artifacts with ``artifact`` open."""
+    return (f"{base_url.rstrip('/')}/#/experiments/{experiment}/runs/{run_id}/artifacts/{urllib.parse.quote(artifact)}"
+            "?workflowType=machine_learning")
+
+
 def ui_links(base_url: str) -> list[tuple[str, dict[str, str]]]:
-    """(experiment name, {view: URL}) for every experiment of the store that holds runs, each first tagged
-    as model training (:func:`tag_model_training`): the ranked runs, the charts and the artifacts view."""
+    """(experiment name, {view: URL}) for every experiment of the store that holds benchmark runs, each
+    first tagged as model training (:func:`tag_model_training`): the ranked runs, the charts, the
+    artifacts side by side, and the newest bench's comparison (its parent run's artifacts)."""
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri())
     links = []
     for experiment in mlflow.search_experiments(order_by=["name"]):
-        if mlflow.search_runs([experiment.experiment_id], max_results=1).empty:
+        parents = mlflow.search_runs([experiment.experiment_id], max_results=1, order_by=["attributes.start_time DESC"],
+                                     filter_string="tags.prism_rec_role = 'parent'")
+        if parents.empty:
             continue
         tag_model_training(experiment.experiment_id)
-        links.append((experiment.name, {"ranked runs": runs_view_url(base_url, experiment.experiment_id),
-                                        "charts": runs_view_url(base_url, experiment.experiment_id, "CHART"),
-                                        "artifacts": runs_view_url(base_url, experiment.experiment_id, "ARTIFACT")}))
+        views = {name: runs_view_url(base_url, experiment.experiment_id, mode)
+                 for name, mode in (("ranked runs", "TABLE"), ("charts", "CHART"), ("artifacts", "ARTIFACT"))}
+        views["newest bench"] = run_artifact_url(base_url, experiment.experiment_id, parents["run_id"].iloc[0], "auc.png")
+        links.append((experiment.name, views))
     return links
 
 
