@@ -21,6 +21,13 @@ timestamp term; the backbone contract carries no timestamps, so only the positio
 official input preprocessor also adds learned absolute positions; this backbone relies on the relative
 bias alone (``wants_positions`` is False). HSTU has no separate feed-forward: U's gating replaces it.
 
+Up to ``dense_max_length`` (256: every recommendation length) A is materialised as [B, H, T, T]. Longer
+sequences take the blockwise path: query blocks of ``block_size`` rows, each against the keys up to its
+last row and recomputed in the backward (activation checkpointing), so memory is O(T * block_size); far
+keys share rab's last weight, so only the band of the nearest ``max_distance`` keys gathers a bias. The
+reference's fused kernel does the same tiling on the GPU (generative_recommenders/ops/triton/
+triton_hstu_attention.py); this path is plain PyTorch.
+
 Initialisation (``init_policy = "hstu"``, ``prism_rec.init``), as generative-recommenders
 (generative_recommenders/research/modeling/sequential/hstu.py, embedding_modules.py): each layer draws its
 own weights, f1 (``uvqk``) ~ N(0, 0.02), f2's weight xavier-uniform with PyTorch's default bias
@@ -33,6 +40,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from prism_rec.init import apply_init
 from prism_rec.registry import register_backbone
@@ -48,16 +56,29 @@ class RelativePositionBias(nn.Module):
 
     def forward(self, T: int) -> torch.Tensor:
         """Bias [T, T] for query i and key j (only j <= i is used)."""
-        position = torch.arange(T, device=self.weight.device)
-        distance = (position[:, None] - position[None, :]).clamp(0, self.max_distance - 1)
-        return self.weight[distance]
+        return self.block(0, T, T)
+
+    def block(self, start: int, rows: int, columns: int) -> torch.Tensor:
+        """Bias [rows, columns] for queries start .. start + rows - 1 and keys 0 .. columns - 1.
+
+        Keys max_distance or more before the first query all take the last weight; only the nearer band
+        is gathered per (query, key).
+        """
+        near = max(0, start - self.max_distance + 1)  # first key that some query of the block sees within range
+        query = torch.arange(start, start + rows, device=self.weight.device)
+        key = torch.arange(near, columns, device=self.weight.device)
+        band = self.weight[(query[:, None] - key[None, :]).clamp(0, self.max_distance - 1)]  # [rows, columns - near]
+        if near == 0:
+            return band
+        return torch.cat([self.weight[-1].expand(rows, near), band], dim=1)
 
 
 class HSTULayer(nn.Module):
     """One HSTU layer: called as layer(x [B, T, d], mask [B, T]) -> [B, T, d] (residual included)."""
 
     def __init__(self, d_model: int, n_heads: int = 2, attention_dim: int | None = None,
-                 linear_dim: int | None = None, dropout: float = 0.1, max_distance: int = 200, eps: float = 1e-6):
+                 linear_dim: int | None = None, dropout: float = 0.1, max_distance: int = 200, eps: float = 1e-6,
+                 dense_max_length: int = 256, block_size: int = 512):
         super().__init__()
         if (attention_dim is None or linear_dim is None) and d_model % n_heads:
             raise ValueError(f"hstu: d_model={d_model} is not divisible by n_heads={n_heads}")
@@ -65,6 +86,7 @@ class HSTULayer(nn.Module):
         self.attention_dim = attention_dim or d_model // n_heads
         self.linear_dim = linear_dim or d_model // n_heads
         self.eps = eps
+        self.dense_max_length, self.block_size = dense_max_length, block_size
         self.uvqk = nn.Linear(d_model, n_heads * (2 * self.linear_dim + 2 * self.attention_dim), bias=False)
         nn.init.normal_(self.uvqk.weight, std=0.02)
         self.relative_bias = RelativePositionBias(max_distance)
@@ -80,13 +102,42 @@ class HSTULayer(nn.Module):
         length = mask.cumsum(1).clamp(min=1).to(q.dtype)[:, None, :, None]  # n_i: real items up to i [B, 1, T, 1]
         return F.silu(scores) * allowed / length
 
+    def blockwise_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """A V without the [T, T] matrix: q, k [B, T, H, d_qk], v [B, T, H, d_v], mask [B, T] -> [B, T, H, d_v].
+
+        The same sum as ``attention_weights``, rearranged: padded keys drop out by zeroing their values,
+        and 1 / n_i scales each output row instead of each weight.
+        """
+        T = q.shape[1]
+        v = v * mask[:, :, None, None].to(v.dtype)
+        length = mask.cumsum(1).clamp(min=1).to(q.dtype)[:, :, None, None]  # n_i [B, T, 1, 1]
+        blocks = []
+        for start in range(0, T, self.block_size):
+            end = min(start + self.block_size, T)
+            block = checkpoint(self.attend_block, q[:, start:end], k[:, :end], v[:, :end], start, use_reentrant=False)
+            blocks.append(block / length[:, start:end])
+        return torch.cat(blocks, dim=1)
+
+    def attend_block(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> torch.Tensor:
+        """sum_{j <= i} SiLU(q_i . k_j + rab(i - j)) v_j for queries i = start .. start + Q - 1.
+
+        q [B, Q, H, d_qk]; k [B, E, H, d_qk], v [B, E, H, d_v] the keys up to the block's end E -> [B, Q, H, d_v].
+        """
+        Q, E = q.shape[1], k.shape[1]
+        scores = torch.einsum("bihd,bjhd->bhij", q, k) + self.relative_bias.block(start, Q, E)  # [B, H, Q, E]
+        causal = torch.arange(E, device=q.device)[None, :] <= torch.arange(start, start + Q, device=q.device)[:, None]
+        return torch.einsum("bhij,bjhd->bihd", torch.where(causal, F.silu(scores), 0.0), v)
+
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
         projected = F.silu(self.uvqk(F.layer_norm(x, x.shape[-1:], eps=self.eps)))
         u, v, q, k = projected.split([self.n_heads * self.linear_dim] * 2 + [self.n_heads * self.attention_dim] * 2, -1)
-        heads = (B, T, self.n_heads, -1)
-        attended = torch.einsum("bhij,bjhd->bihd", self.attention_weights(q.view(heads), k.view(heads), mask),
-                                v.view(heads)).reshape(B, T, -1)  # A V, heads concatenated [B, T, H * d_v]
+        q, k, v = (t.view(B, T, self.n_heads, -1) for t in (q, k, v))
+        if T <= self.dense_max_length:
+            attended = torch.einsum("bhij,bjhd->bihd", self.attention_weights(q, k, mask), v)
+        else:
+            attended = self.blockwise_attention(q, k, v, mask)
+        attended = attended.reshape(B, T, -1)  # A V, heads concatenated [B, T, H * d_v]
         gated = F.layer_norm(attended, attended.shape[-1:], eps=self.eps) * u
         return x + self.output(self.dropout(gated))
 

@@ -86,3 +86,39 @@ def test_stack_has_no_absolute_positions_and_one_residual_unit_per_layer():
     assert not getattr(model, "wants_positions", False)
     assert len(model.layers) == 3
     assert not any("position_embedding" in name for name, _ in model.named_parameters())
+
+
+@pytest.mark.parametrize("max_distance", [200, 3])
+def test_blockwise_path_matches_dense_path(max_distance):
+    """Blocks of 4 over 11 positions (the last block partial), left padding, far keys on rab's last weight."""
+    dense = make_layer(max_distance).double()
+    blockwise = make_layer(max_distance).double()
+    blockwise.dense_max_length, blockwise.block_size = 0, 4
+    torch.manual_seed(3)
+    x = torch.randn(3, 11, 12, dtype=torch.double, requires_grad=True)
+    mask = torch.ones(3, 11, dtype=torch.bool)
+    mask[1, :3] = False
+    mask[2, :6] = False  # a whole padded block and part of the next
+    upstream = torch.randn(3, 11, 12, dtype=torch.double) * mask.unsqueeze(-1)
+    results = []
+    for layer in (dense, blockwise):
+        out = layer(x, mask)
+        results.append((out[mask], *torch.autograd.grad((out * upstream).sum(), [x, *layer.parameters()])))
+    for (name, _), want, got in zip([("output", None), ("x", None), *dense.named_parameters()], *results):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=lambda m: f"{name}: {m}")
+
+
+def test_blockwise_path_saves_no_length_squared_tensor():
+    """Autograd keeps block-sized tensors only: nothing of B * H * T * T elements is saved for the backward."""
+    layer = make_layer(200)
+    layer.dense_max_length, layer.block_size = 0, 8
+    B, T = 2, 128
+    largest = []
+
+    def pack(tensor):
+        largest.append(tensor.numel())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        layer(torch.randn(B, T, 12), torch.ones(B, T, dtype=torch.bool)).sum().backward()
+    assert max(largest) < B * layer.n_heads * T * T // 4
