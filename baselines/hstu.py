@@ -114,7 +114,8 @@ class HSTULayer(nn.Module):
         blocks = []
         for start in range(0, T, self.block_size):
             end = min(start + self.block_size, T)
-            block = checkpoint(self.attend_block, q[:, start:end], k[:, :end], v[:, :end], start, use_reentrant=False)
+            block = checkpoint(self.attend_block, q[:, start:end], k[:, :end], v[:, :end], start,
+                               use_reentrant=False, preserve_rng_state=False)
             blocks.append(block / length[:, start:end])
         return torch.cat(blocks, dim=1)
 
