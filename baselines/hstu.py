@@ -23,10 +23,11 @@ bias alone (``wants_positions`` is False). HSTU has no separate feed-forward: U'
 
 Up to ``dense_max_length`` (256: every recommendation length) A is materialised as [B, H, T, T]. Longer
 sequences take the blockwise path: query blocks of ``block_size`` rows, each against the keys up to its
-last row and recomputed in the backward (activation checkpointing), so memory is O(T * block_size); far
-keys share rab's last weight, so only the band of the nearest ``max_distance`` keys gathers a bias. The
-reference's fused kernel does the same tiling on the GPU (generative_recommenders/ops/triton/
-triton_hstu_attention.py); this path is plain PyTorch.
+last row and recomputed in the backward (activation checkpointing), so memory is O(T * block_size); a
+block's bias is a Toeplitz view of one vector of distances (as the reference builds its position bias in
+generative_recommenders/research/modeling/sequential/hstu.py). The reference's fused kernel tiles the
+same way on the GPU (generative_recommenders/ops/triton/triton_hstu_attention.py); this path is plain
+PyTorch.
 
 Initialisation (``init_policy = "hstu"``, ``prism_rec.init``), as generative-recommenders
 (generative_recommenders/research/modeling/sequential/hstu.py, embedding_modules.py): each layer draws its
@@ -56,21 +57,18 @@ class RelativePositionBias(nn.Module):
 
     def forward(self, T: int) -> torch.Tensor:
         """Bias [T, T] for query i and key j (only j <= i is used)."""
-        return self.block(0, T, T)
+        position = torch.arange(T, device=self.weight.device)
+        distance = (position[:, None] - position[None, :]).clamp(0, self.max_distance - 1)
+        return self.weight[distance]
 
     def block(self, start: int, rows: int, columns: int) -> torch.Tensor:
         """Bias [rows, columns] for queries start .. start + rows - 1 and keys 0 .. columns - 1.
 
-        Keys max_distance or more before the first query all take the last weight; only the nearer band
-        is gathered per (query, key).
+        A Toeplitz matrix: overlapping windows of the vector of its rows + columns - 1 distances, so the
+        backward sums windows instead of scattering rows * columns gradients into max_distance weights.
         """
-        near = max(0, start - self.max_distance + 1)  # first key that some query of the block sees within range
-        query = torch.arange(start, start + rows, device=self.weight.device)
-        key = torch.arange(near, columns, device=self.weight.device)
-        band = self.weight[(query[:, None] - key[None, :]).clamp(0, self.max_distance - 1)]  # [rows, columns - near]
-        if near == 0:
-            return band
-        return torch.cat([self.weight[-1].expand(rows, near), band], dim=1)
+        distance = torch.arange(start - columns + 1, start + rows, device=self.weight.device)  # key columns - 1 first
+        return self.weight[distance.clamp(0, self.max_distance - 1)].unfold(0, columns, 1).flip(1).contiguous()
 
 
 class HSTULayer(nn.Module):
@@ -102,7 +100,8 @@ class HSTULayer(nn.Module):
         length = mask.cumsum(1).clamp(min=1).to(q.dtype)[:, None, :, None]  # n_i: real items up to i [B, 1, T, 1]
         return F.silu(scores) * allowed / length
 
-    def blockwise_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def blockwise_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            mask: torch.Tensor) -> torch.Tensor:
         """A V without the [T, T] matrix: q, k [B, T, H, d_qk], v [B, T, H, d_v], mask [B, T] -> [B, T, H, d_v].
 
         The same sum as ``attention_weights``, rearranged: padded keys drop out by zeroing their values,
