@@ -4,7 +4,8 @@ given), evaluates the test cases after every epoch as well, and appends one JSON
 (epoch, seconds of training and validation, train loss, valid and test AUC). From these lines the test
 AUC of any (epochs, patience) follows: early stopping picks its best epoch from the validation AUCs.
 
-    python benchmarks/first_bench_cpu.py MODEL OUT [--threads N] [--compile inductor] [--epochs 50]
+    python benchmarks/first_bench_cpu.py MODEL OUT [--threads N] [--compile inductor] [--epochs 50] [--patience 5]
+                                         [--lr 1e-3] [--batch-size 128]
 """
 
 from __future__ import annotations
@@ -28,11 +29,14 @@ def main() -> None:
     parser.add_argument("--compile", default="off")
     parser.add_argument("--epochs", type=int, default=train.TrainConfig.epochs)
     parser.add_argument("--patience", type=int, default=train.TrainConfig.patience)
+    parser.add_argument("--lr", type=float, default=train.TrainConfig.lr)
+    parser.add_argument("--batch-size", type=int, default=train.TrainConfig.batch_size)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dataset = load_dataset("ml-100k")
     config = train.TrainConfig(max_len=get_dataset("ml-100k").max_len, epochs=args.epochs, patience=args.patience,
-                               device="cpu", progress=False, compile=args.compile)
+                               lr=args.lr, batch_size=args.batch_size, device="cpu", progress=False,
+                               compile=args.compile)
     evaluate, clock = train.evaluate, {"start": time.perf_counter(), "test_seconds": 0.0}
 
     def evaluate_test_too(model, dataset, cases, *rest, **options):
@@ -47,7 +51,8 @@ def main() -> None:
         now = time.perf_counter()
         seconds = now - clock["start"] - clock["test_seconds"]
         clock.update(start=now, test_seconds=0.0)
-        line = {"model": args.model, "threads": args.threads, "compile": args.compile, "epoch": epoch + 1,
+        line = {"model": args.model, "threads": args.threads, "compile": args.compile, "lr": args.lr,
+                "batch_size": args.batch_size, "epoch": epoch + 1,
                 "seconds": round(seconds, 2), "train_loss": metrics["train_loss"],
                 "valid_auc": metrics["valid_auc"], "test_auc": clock["test_auc"]}
         with open(args.out, "a") as handle:

@@ -146,7 +146,7 @@ def log_record(record: dict, experiment: str, parent_run_id: str | None = None) 
         tags["mlflow.parentRunId"] = parent_run_id
     run_id = _create_run(client, experiment, record["run_name"], tags, record["start_time_ms"])
     end = record["end_time_ms"]
-    metrics = [Metric(name, float(value), end, step) for step, row in enumerate(record["history"])
+    metrics = [Metric(name, float(value), end, epoch) for epoch, row in enumerate(record["history"], start=1)
                for name, value in row.items()]
     metrics += [Metric(name, float(value), end, 0) for name, value in record["metrics"].items()]
     params = [Param(name, str(value)) for name, value in record["params"].items()]

@@ -211,7 +211,7 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
     device = world.device(resolve_device(config.device))
     tags = {**provenance_tags(device), **process_tags(), "dataset": dataset_name, "command": command,
             "world_size": str(world.size), "dataset_stats": dataset_stats_tag(dataset)}
-    results, failures = {}, []
+    results, failures, started = {}, [], time.perf_counter()
     with _mlflow_run(run_id=parent_id, experiment_id=None if parent_id else experiment,
                      run_name=None if parent_id else f"bench-{time.strftime('%Y%m%d-%H%M%S')}",
                      tags={**tags, "prism_rec_role": "parent", "config_hash": bench_hash}) as parent:
@@ -254,6 +254,7 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
                   f"chart {chart}")
             print(f"Published headline tables (H200, not touched by bench): {RESULTS_DIR / dataset_name / 'auc.md'}")
             print(f"This bench's comparison: MLflow parent run {parent.info.run_id} (`make ui` prints its links)")
+            print(f"{len(results)} training run(s) in {time.perf_counter() - started:.0f} s")
         if failures:
             mlflow.set_tag("failures", "; ".join(failures)[:4000])
     if failures:

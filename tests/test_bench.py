@@ -149,3 +149,17 @@ def test_runs_name_the_commit_their_process_loaded(monkeypatch):
     assert tracking.git_commit() == loaded
     monkeypatch.setenv("PRISM_REC_GIT_COMMIT", "d3v1ce0")  # the GPU machine, where .git does not travel
     assert tracking.git_commit() == "d3v1ce0"
+
+
+def test_bench_and_tables_write_a_git_ignored_folder_not_the_published_tables():
+    import subprocess
+
+    from prism_rec.cli import build_parser
+    from prism_rec.tables import LOCAL_RESULTS_DIR, RESULTS_DIR
+
+    parser = build_parser()
+    for command in (["bench"], ["tables"]):
+        assert parser.parse_args(command).results_dir == LOCAL_RESULTS_DIR != RESULTS_DIR
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(LOCAL_RESULTS_DIR / "ml-100k" / "auc.md")],
+                             cwd=RESULTS_DIR.parent)
+    assert ignored.returncode == 0, "results/local/ must be git-ignored"

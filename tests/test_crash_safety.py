@@ -88,7 +88,7 @@ def test_sigkill_then_resume_continues_the_same_runs(args, store, run_cli, raw, 
     assert child_run["metrics.test_auc"] == uninterrupted["test"]["auc"]
     history = mlflow.MlflowClient().get_metric_history(child_run["run_id"], "valid_auc")
     assert sorted((m.step, m.value) for m in history) == [(e, row["valid_auc"])
-                                                           for e, row in enumerate(uninterrupted["history"])]
+                                                           for e, row in enumerate(uninterrupted["history"], start=1)]
 
 
 def test_sighup_stops_with_a_checkpoint_and_killed_runs(args, store):

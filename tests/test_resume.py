@@ -88,5 +88,6 @@ def test_bench_killed_then_resumed_in_the_same_mlflow_run(store, tiny, run_cli, 
     child = after[after["tags.prism_rec_role"] == "child"].iloc[0]
     assert child["metrics.test_auc"] == uninterrupted["test"]["auc"]
     history = mlflow.MlflowClient().get_metric_history(child["run_id"], "valid_auc")
-    assert [(m.step, m.value) for m in history] == [(e, row["valid_auc"]) for e, row in enumerate(uninterrupted["history"])]
+    assert [(m.step, m.value) for m in history] == [(e, row["valid_auc"])  # step = epoch, 1-based
+                                                    for e, row in enumerate(uninterrupted["history"], start=1)]
     assert not list(checkpoints.rglob("*.pt"))  # a finished run removes its checkpoint
