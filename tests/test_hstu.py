@@ -108,11 +108,12 @@ def test_blockwise_path_matches_dense_path(max_distance):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=lambda m: f"{name}: {m}")
 
 
-def test_blockwise_path_saves_no_length_squared_tensor():
+@pytest.mark.parametrize("T, dense_max_length", [(128, 0), (300, 256)])  # forced; the default switch above 256
+def test_blockwise_path_saves_no_length_squared_tensor(T, dense_max_length):
     """Autograd keeps block-sized tensors only: nothing of B * H * T * T elements is saved for the backward."""
     layer = make_layer(200)
-    layer.dense_max_length, layer.block_size = 0, 8
-    B, T = 2, 128
+    layer.dense_max_length, layer.block_size = dense_max_length, 8
+    B = 2
     largest = []
 
     def pack(tensor):
