@@ -19,6 +19,8 @@ optimizer stay eager; with a compiled encoder AdamW runs fused on CUDA (``optimi
 compiled for one shape [batch_size, T]: a smaller batch (an epoch's last) is padded with empty windows,
 which the backbones leave at zero and which hold no target, so no shape recompiles once warm.
 The compiled encoder is used for training only; evaluation calls the eager ``model.encode``.
+``CompiledFunction`` is the same compilation for any function of fixed shapes (the probes compile their
+model's forward and loss with it, prism_rec/probes/train.py) and ``compiled_gaps`` its check against eager.
 """
 
 from __future__ import annotations
@@ -45,32 +47,44 @@ def optimizer_options(mode: str, device: torch.device) -> dict:
     return {"fused": True} if mode != "off" and device.type == "cuda" else {}
 
 
-class CompiledEncoder:
-    """``model.encode`` compiled for items [batch_size, T]; called like it, on batches of at most batch_size.
+class CompiledFunction:
+    """``function`` compiled for fixed input shapes under ``mode`` (resolved, not "off"); called like it.
 
     ``backend`` overrides the mode's backend (tests use "aot_eager": the same graphs, run eagerly). Compiling
     resets torch.compile's caches, so that a process that trains many models one after another never
-    reaches the recompile limit (the code of ``encode`` is shared by all of them).
+    reaches the recompile limit (the code compiled is shared by all of them). Under CUDA graphs each call
+    starts a new step: the previous call's outputs are no longer read.
     """
 
-    def __init__(self, model: torch.nn.Module, batch_size: int, mode: str, backend: str | None = None):
+    def __init__(self, function, mode: str, backend: str | None = None):
         if mode not in ("inductor", "cudagraphs", "graphs"):
-            raise ValueError(f"CompiledEncoder compiles with 'inductor', 'cudagraphs' or 'graphs', not {mode!r}")
+            raise ValueError(f"torch.compile modes are 'inductor', 'cudagraphs' or 'graphs', not {mode!r}")
         torch._dynamo.reset()
-        self.batch_size = batch_size
         self.graphs = mode != "inductor"
         options = {"backend": "cudagraphs"} if mode == "graphs" else {"mode": "reduce-overhead" if self.graphs else None}
         if backend is not None:
             options = {"backend": backend}
-        self.encode = torch.compile(model.encode, fullgraph=True, dynamic=False, **options)
+        self.function = torch.compile(function, fullgraph=True, dynamic=False, **options)
+
+    def __call__(self, *inputs: torch.Tensor):
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        return self.function(*inputs)
+
+
+class CompiledEncoder:
+    """``model.encode`` compiled for items [batch_size, T]; called like it, on batches of at most batch_size
+    (``CompiledFunction``, whose ``backend`` this passes on)."""
+
+    def __init__(self, model: torch.nn.Module, batch_size: int, mode: str, backend: str | None = None):
+        self.batch_size = batch_size
+        self.encode = CompiledFunction(model.encode, mode, backend)
 
     def __call__(self, items: torch.Tensor) -> torch.Tensor:
         """items [B, T] with B <= batch_size -> hidden [B, T, d]."""
         rows = items.shape[0]
         if rows > self.batch_size:
             raise ValueError(f"a batch of {rows} windows is larger than the compiled {self.batch_size}")
-        if self.graphs:
-            torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs are no longer read
         return self.encode(F.pad(items, (0, 0, 0, self.batch_size - rows)))[:rows]
 
 
@@ -80,25 +94,29 @@ def training_encoder(model: torch.nn.Module, batch_size: int, mode: str):
 
 
 def gaps_to_eager(model: torch.nn.Module, mode: str, items: torch.Tensor, backend: str | None = None) -> dict:
-    """How far the compiled encoder is from eager on ``items`` [B, T] (compiled for B + 2 rows, so the
-    padding of a short batch is exercised too; its third call, the first replay of CUDA graphs, which
-    warm up and record on the first two): the largest |compiled - eager| over the largest |eager| of the
-    hidden states ("output") and of the parameters' gradients of a fixed linear loss ("gradients", the
-    worst parameter, named in "worst")."""
+    """How far the compiled encoder is from eager on ``items`` [B, T], compiled for B + 2 rows so that the
+    padding of a short batch is exercised too (``compiled_gaps``)."""
+    return compiled_gaps(model, model.encode, CompiledEncoder(model, items.shape[0] + 2, mode, backend), items)
 
-    def output_and_grads(encode) -> tuple[torch.Tensor, dict]:
+
+def compiled_gaps(model: torch.nn.Module, eager, compiled, *inputs: torch.Tensor) -> dict:
+    """How far ``compiled`` is from ``eager`` (two forms of one function of ``model``) on ``inputs``, at the
+    compiled form's third call (the first replay of CUDA graphs, which warm up and record on the first
+    two): the largest |compiled - eager| over the largest |eager| of the output ("output") and of the
+    parameters' gradients of a fixed linear loss of it ("gradients", the worst parameter, named in "worst")."""
+
+    def output_and_grads(function) -> tuple[torch.Tensor, dict]:
         model.zero_grad(set_to_none=True)
-        hidden = encode(items)
-        weights = torch.linspace(-1, 1, hidden.numel(), device=hidden.device).view(hidden.shape)
-        (hidden.float() * weights).sum().backward()
-        return hidden.detach().float().clone(), {name: p.grad.float().clone() for name, p in model.named_parameters()
+        output = function(*inputs)
+        weights = torch.linspace(-1, 1, output.numel(), device=output.device).view(output.shape)
+        (output.float() * weights).sum().backward()
+        return output.detach().float().clone(), {name: p.grad.float().clone() for name, p in model.named_parameters()
                                                  if p.grad is not None}
 
     def gap(compiled: torch.Tensor, eager: torch.Tensor) -> float:
         return float((compiled - eager).abs().max() / eager.abs().max().clamp_min(1e-12))
 
-    eager_output, eager_grads = output_and_grads(model.encode)
-    compiled = CompiledEncoder(model, items.shape[0] + 2, mode, backend)
+    eager_output, eager_grads = output_and_grads(eager)
     for _ in range(2):
         output_and_grads(compiled)
     output, grads = output_and_grads(compiled)

@@ -163,6 +163,7 @@ def test_the_report_from_a_synthetic_manifest(tmp_path):
     assert "| 1.00 | 0.49 | 1.00 |" in paper  # the paper's figures beside ours
     assert f"{len(entries) - 1} of the {len(runs)} planned runs" in text and "1 earlier" in text
     assert "landed (`prism_rec/init.py`" in text and "Median wall time of a run: 101 s (412 runs)" in text
+    assert "Training step compile mode (prism_rec/compile.py; float rounding apart, the same training): off (412 runs)." in text
     claims = {line.split(" | ")[0].strip("| "): line.split(" | ")[-1] for line in paper.splitlines()
               if line.startswith("| ") and "checks" in line or line.endswith("holds |")}
     assert claims["parity"].startswith("holds")
@@ -180,4 +181,4 @@ def test_the_grid_cli_refuses_setting_options_and_a_spent_budget_writes_the_repo
     probe_main(["--grid", "--device", "cpu", "--time-budget", "1e-9", "--out", str(tmp_path), "--no-mlflow"])
     report = (tmp_path / "probes.md").read_text()
     assert "0 of the 420 planned runs" in report and "Not finished in this invocation: 420 runs" in report
-    assert "Command: `prism-rec probe --device cpu --workers 1 --time-budget 1e-09 --out" in report
+    assert "Command: `prism-rec probe --device cpu --compile graphs --workers 1 --time-budget 1e-09 --out" in report

@@ -11,6 +11,7 @@ import argparse
 import shlex
 from pathlib import Path
 
+from ..compile import COMPILE_MODES
 from ..tracking import PROJECT_ROOT
 from .grid import grid_runs, product_runs
 from .model import parse_model_spec
@@ -18,6 +19,7 @@ from .settings import PROFILES, ProbeSettings
 from .tasks import resolve_tasks
 
 DEFAULT_MODELS = "sasrec,transformer++,gated_deltanet,mamba2,prism:L=2,prism-L0"
+CHECK_TOLERANCE = {"output": 1e-4, "gradients": 1e-3, "loss_curve": 1e-3}  # relative gaps, fp32 with TF32 off
 SETTING_OPTIONS = ("vocab_size", "seq_len", "d_model", "n_layers", "n_heads", "steps", "batch_size", "lr",
                    "weight_decay", "grad_clip", "eval_size")
 
@@ -37,12 +39,37 @@ def command_line(args: argparse.Namespace) -> str:
     """The invocation as a ``prism-rec probe`` command, options in a fixed order, defaults left out."""
     words = ["prism-rec", "probe"]
     chosen = () if args.grid else ("tasks", "models", "seeds", "profile")  # the grid fixes these
-    for name in (*chosen, *SETTING_OPTIONS, "device", "workers", "time_budget", "checkpoint_limit", "out"):
+    for name in (*chosen, *SETTING_OPTIONS, "device", "compile", "workers", "time_budget", "checkpoint_limit", "out"):
         value = getattr(args, name)
         if value is not None:
             words += [f"--{name.replace('_', '-')}", str(value)]
     flags = [f"--{name.replace('_', '-')}" for name in ("grid", "no_mlflow") if getattr(args, name)]
     return " ".join(shlex.quote(word) for word in words + flags)
+
+
+def check_compiled_steps(runs, mode: str, device: str) -> None:
+    """Compiled training against eager (``train.compiled_step_gaps``: one step's loss and gradients, and a
+    short training's loss curve; fp32, TF32 off) for each model of ``runs``, at its first run's task and
+    settings, on the first device of ``device``; raises when a gap passes ``CHECK_TOLERANCE``."""
+    import torch
+
+    from ..train import check_devices
+    from .train import CHECK_STEPS, compiled_step_gaps
+
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    first_runs, failures, first_device = {}, [], check_devices(device)[0]
+    for run in runs:
+        first_runs.setdefault(run.model, run)
+    for run in first_runs.values():
+        gaps = compiled_step_gaps(run.model, run.task, run.settings, mode, first_device)
+        print(f"compile {mode}, {run.label}: relative gap of the loss {gaps['output']:.1e}, of the gradients "
+              f"{gaps['gradients']:.1e} (worst: {gaps['worst']}), of the loss curve of {CHECK_STEPS} steps "
+              f"{gaps['loss_curve']:.1e}", flush=True)
+        if any(gaps[name] > tolerance for name, tolerance in CHECK_TOLERANCE.items()):
+            failures.append(run.model)
+    if failures:
+        raise ValueError(f"option --check-compile: compiled and eager differ beyond {CHECK_TOLERANCE} for "
+                         f"{', '.join(failures)}")
 
 
 def command_probe(args: argparse.Namespace) -> None:
@@ -69,10 +96,14 @@ def command_probe(args: argparse.Namespace) -> None:
                             {name: getattr(args, name) for name in SETTING_OPTIONS})
     for model in dict.fromkeys(run.model for run in runs):
         parse_model_spec(model)
+    if args.check_compile:
+        check_compiled_steps(runs, args.compile, args.device)
+        return
     command = command_line(args)
     result = run_probes(runs, Path(args.out), device=args.device, workers=args.workers,
                         time_budget=args.time_budget, command=command, log_mlflow=not args.no_mlflow,
-                        checkpoint_limit=None if args.checkpoint_limit is None else int(args.checkpoint_limit * 2**20))
+                        checkpoint_limit=None if args.checkpoint_limit is None else int(args.checkpoint_limit * 2**20),
+                        compile=args.compile)
     if args.grid:
         table = write_grid_report(Path(args.out), command, result["unfinished"])
     else:
@@ -101,6 +132,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                            help=f"override the profile's {name} (paper profile: {getattr(defaults, name)})")
     probe.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N, or a list "
                        "cuda:0,cuda:1 (worker i on the i-th, cyclically)")
+    probe.add_argument("--compile", choices=COMPILE_MODES, default="graphs",
+                       help="the training step's compile mode (prism_rec/compile.py): graphs (the default: the "
+                            "eager kernels replayed as CUDA graphs, seconds to compile; off on CPU), off, "
+                            "inductor, cudagraphs (inductor + CUDA graphs; inductor on CPU), auto (cudagraphs on "
+                            "CUDA, off on CPU)")
+    probe.add_argument("--check-compile", action="store_true",
+                       help="only check the compiled training against eager for each model planned (one "
+                            "step's loss and gradients, a short training's loss curve; fp32, TF32 off, first "
+                            f"device), then exit; fails beyond the relative gaps {CHECK_TOLERANCE}")
     probe.add_argument("--workers", type=int, default=1, help="training processes at once, sharing the device")
     probe.add_argument("--time-budget", type=float, default=None,
                        help="seconds; start no run after it, pause in-flight ones (checkpointed, resumable)")

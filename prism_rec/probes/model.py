@@ -80,3 +80,7 @@ class ProbeModel(nn.Module):
         mask = torch.ones_like(tokens, dtype=torch.bool)
         h = self.backbone(h, mask)  # [B, T, d]
         return self.head(self.norm(h[:, -1]))  # [B, vocab]
+
+    def loss(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the final-token logits: tokens [B, T], targets [B] -> scalar (the training loss)."""
+        return nn.functional.cross_entropy(self(tokens), targets)

@@ -8,6 +8,7 @@ final-token accuracy is at least ``SOLVED``; planned seeds without a finished ru
 
 from __future__ import annotations
 
+import collections
 import datetime
 import statistics
 from dataclasses import dataclass
@@ -95,8 +96,11 @@ class Found:
         commits = sorted({e["git_commit"] for e in self.entries.values()})
         walls = [e["wall_seconds"] for e in self.entries.values() if "wall_seconds" in e]
         wall = f" Median wall time of a run: {statistics.median(walls):.0f} s ({len(walls)} runs)." if walls else ""
+        modes = collections.Counter(e.get("compile", "off") for e in self.entries.values())
+        compiled = (" Training step compile mode (prism_rec/compile.py; float rounding apart, the same training): "
+                    + ", ".join(f"{mode} ({count} runs)" for mode, count in sorted(modes.items())) + ".") if modes else ""
         return (f"Machine: {'; '.join(machines) or 'none (no finished run)'}. Commit: {', '.join(commits) or 'none'}."
-                f"{wall} Written {datetime.date.today().isoformat()}.")
+                f"{wall}{compiled} Written {datetime.date.today().isoformat()}.")
 
 
 def _row(cells) -> str:

@@ -7,7 +7,8 @@ runs. Runs already in the manifest with identical settings are skipped. With ``t
 run is started after the deadline and in-flight runs pause at it: their model, optimiser and data-stream
 state go to ``<out>/probes_checkpoints.pt`` (loaded with ``weights_only=True``; with ``checkpoint_limit``
 bytes, a paused run whose checkpoint would not fit is dropped and starts over next time) and the next
-invocation over the same folder continues them. Runs start in the order given.
+invocation over the same folder continues them. Runs start in the order given. ``compile`` is the training
+step's mode (``prism_rec.compile``), recorded in each manifest entry as resolved ("off" on CPU).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import save_atomically
+from ..compile import resolve_compile
 from ..jobs import WorkerDevices, run_jobs
 from ..tracking import experiment_id, git_commit, machine_description
 from ..train import check_devices
@@ -58,7 +60,8 @@ def _log_to_mlflow(entry: dict, command: str) -> None:
                           tags=tags):
         mlflow.log_params({"task": entry["task"], "task_version": entry.get("task_version", 1),
                            "protocol": entry.get("protocol", 1), "model": entry["model"],
-                           "seed": entry["seed"], "profile": entry["profile"], **entry["settings"]})
+                           "seed": entry["seed"], "profile": entry["profile"],
+                           "compile": entry.get("compile", "off"), **entry["settings"]})
         for step, loss in entry["loss_curve"]:
             mlflow.log_metric("train_loss", loss, step=step)
         mlflow.log_metrics({"final_accuracy": entry["accuracy"], "final_train_loss": entry["final_train_loss"],
@@ -78,7 +81,7 @@ def log_manifest_to_mlflow(out_dir: Path, command: str) -> int:
 
 def run_probes(runs: list[ProbeRun], out_dir: Path, device: str = "auto", workers: int = 1,
                time_budget: float | None = None, command: str = "", log_mlflow: bool = True,
-               checkpoint_limit: int | None = None) -> dict:
+               checkpoint_limit: int | None = None, compile: str = "off") -> dict:
     """Train every run of ``runs`` not yet in the manifest, in order; returns counts per status and the
     labels of the runs left unfinished."""
     if workers < 1:
@@ -87,18 +90,19 @@ def run_probes(runs: list[ProbeRun], out_dir: Path, device: str = "auto", worker
         raise ValueError(f"option --time-budget: must be > 0 seconds, got {time_budget}")
     out_dir = Path(out_dir)
     devices = WorkerDevices(check_devices(device))
+    step_mode = resolve_compile(compile, torch.device(devices.names[0]))
     deadline = time.time() + time_budget if time_budget is not None else float("inf")
     manifest = load_manifest(out_dir)
     finished = {entry_identity(entry) for entry in manifest}
     checkpoints = _load_checkpoints(out_dir)
     pending = [ProbeJob(run.task, run.model, run.seed, run.settings, devices.job_device, deadline,
-                        checkpoints.get(run.identity), run.profile, run.label)
+                        checkpoints.get(run.identity), run.profile, run.label, compile)
                for run in runs if run.identity not in finished]
     counts = {"skipped (already in manifest)": len(runs) - len(pending),
               "finished": 0, "paused": 0, "failed": 0, "not started": 0}
     unfinished: list[str] = []
     total = len(pending)
-    print(f"{total} probe runs to do on {devices.describe()} with {workers} worker(s)"
+    print(f"{total} probe runs to do on {devices.describe()} with {workers} worker(s), compile {step_mode}"
           f"{f', budget {time_budget:.0f} s' if time_budget else ''}; {counts['skipped (already in manifest)']} "
           f"already in {out_dir}", flush=True)
 
@@ -111,7 +115,7 @@ def run_probes(runs: list[ProbeRun], out_dir: Path, device: str = "auto", worker
                      "settings": job.settings.as_dict(), "accuracy": result["accuracy"],
                      "final_train_loss": result["final_train_loss"], "loss_curve": result["loss_curve"],
                      "steps": result["steps"], "wall_seconds": round(result["wall_seconds"], 2),
-                     "n_parameters": result["n_parameters"], "device": result["device"],
+                     "n_parameters": result["n_parameters"], "device": result["device"], "compile": result["compile"],
                      "machine": machine_description(torch.device(result["device"])), "git_commit": git_commit(),
                      "torch_version": torch.__version__,
                      "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
