@@ -11,16 +11,17 @@
 # from their checkpoints. Without it the committed results/probes_manifest.jsonl is the base.
 # WORKERS (default 15 per GPU: 16 cores, the driver mostly waits) training processes share DEVICE
 # (default: every GPU, worker i on the i-th) through a CUDA MPS server (PRISM_REC_MPS, default 1;
-# gpu_setup.sh falls back to time slices) and start runs for BUDGET seconds (default 450); runs in flight
+# gpu_setup.sh falls back to time slices) and start runs for BUDGET seconds (default: what is left of
+# CALL_SECONDS, default 525, since the script started, after the setup and the check below); runs in flight
 # then pause at their next step and are checkpointed, up to CHECKPOINT_MIB (default 15) in all so that the
 # file comes back (a paused run that does not fit starts over next time). COMPILE (default graphs) is the
 # training step's compile mode (prism-rec probe --compile: off, graphs, cudagraphs, inductor, auto); it is
 # recorded in each manifest line and is not part of a run's identity (prism_rec/probes/train.py). Unless it
 # is off, the compiled training of every grid model is first checked against eager on the first GPU
 # (--check-compile: one step's loss and gradients, and a 40-step loss curve; fp32, TF32 off; about a minute
-# with graphs, a timeout at 180 s); a gap or a failure stops the call before the grid starts.
-# The whole call takes about BUDGET + 35 s + the check (setup about 25 s, pausing and the report a few); a
-# timeout at BUDGET + 30 s guards the grid.
+# with graphs, a timeout at 150 s); a gap or a failure stops the call before the grid starts.
+# The whole call takes about CALL_SECONDS + 10 s (pausing and the report); a timeout at BUDGET + 30 s guards
+# the grid.
 # OUT_DIR receives five files: probes_manifest.jsonl (every line, old and new), probes_checkpoints.pt,
 # probes.md (the v2 report from the manifest), probes_check.txt and probes_log.txt. Afterwards, here:
 #   mkdir -p .probes_runs && cp FILES_AT/probes_manifest.jsonl FILES_AT/probes_checkpoints.pt .probes_runs/
@@ -43,15 +44,15 @@ fi
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | sed 's/^/cuda:/' | paste -sd, -)
 device=${DEVICE:-$gpus}
 workers=${WORKERS:-$((15 * $(echo "$device" | tr ',' '\n' | wc -l)))}
-budget=${BUDGET:-450}
 compile=${COMPILE:-graphs}
 status=0
 if [ "$compile" != off ]; then
-    timeout 180 python3 -m prism_rec.probes --grid --device "${device%%,*}" --compile "$compile" --check-compile \
+    timeout 150 python3 -m prism_rec.probes --grid --device "${device%%,*}" --compile "$compile" --check-compile \
         > "$out/probes_check.txt" 2>&1
     status=$?
     tail -n 12 "$out/probes_check.txt"
 fi
+budget=${BUDGET:-$((${CALL_SECONDS:-525} - SECONDS))}
 if [ $status = 0 ]; then
     timeout $((budget + 30)) python3 -m prism_rec.probes --grid --device "$device" --workers "$workers" \
         --compile "$compile" --time-budget "$budget" --checkpoint-limit "${CHECKPOINT_MIB:-15}" --out "$out" \
@@ -59,6 +60,6 @@ if [ $status = 0 ]; then
     status=$?
 fi
 if [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ]; then echo quit | nvidia-cuda-mps-control; fi
-grep -E "probe runs to do|^skipped \(already in manifest\)|FAILED" "$out/probes_log.txt" | head -n 20
+grep -E "probe runs to do|^skipped \(already in manifest\)|FAILED" "$out/probes_log.txt" 2>/dev/null | head -n 20
 grep -E "planned runs have finished" "$out/probes.md" 2>/dev/null
 exit $status
