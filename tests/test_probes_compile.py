@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
+import torch
 
 from prism_rec import compile as compile_module
 from prism_rec.probes import train
@@ -27,6 +29,18 @@ def aot_eager(monkeypatch):
     """Every compilation of the probes with torch.compile's "aot_eager" backend."""
     monkeypatch.setattr(train, "CompiledFunction",
                         functools.partial(compile_module.CompiledFunction, backend="aot_eager"))
+
+
+def test_the_graphs_backend_traces_the_authors_preset():
+    """The "graphs" wiring (torch.compile's cudagraphs backend, which runs a CPU graph without CUDA graphs) on
+    the probe model whose backbone the recommender's compile tests do not cover."""
+    settings = settings_for("paper", "parity", TINY)
+    torch.manual_seed(0)
+    model = train._probe_model("transformer-authors-probe", settings, torch.device("cpu"))
+    tokens, targets = train._final_batch("parity", np.random.default_rng(0), 4, settings, torch.device("cpu"))
+    gaps = compile_module.compiled_gaps(model, model.loss, compile_module.CompiledFunction(model.loss, "graphs"),
+                                        tokens, targets)
+    assert gaps["output"] < 1e-6 and gaps["gradients"] < 1e-5, gaps
 
 
 @pytest.mark.parametrize("model", TABLE_MODELS)
