@@ -19,7 +19,8 @@
 # recorded in each manifest line and is not part of a run's identity (prism_rec/probes/train.py). Unless it
 # is off, the compiled training of every grid model is first checked against eager on the first GPU
 # (--check-compile: one step's loss and gradients, and a 40-step loss curve; fp32, TF32 off; about a minute
-# with graphs, a timeout at 150 s); a gap or a failure stops the call before the grid starts.
+# with graphs; timeout CHECK_SECONDS, default 150 s with graphs and 300 s with TorchInductor's slower
+# compilation); a gap or a failure stops the call before the grid starts.
 # The whole call takes about CALL_SECONDS + 10 s (pausing and the report); a timeout at BUDGET + 30 s guards
 # the grid.
 # OUT_DIR receives five files: probes_manifest.jsonl (every line, old and new), probes_checkpoints.pt,
@@ -47,7 +48,8 @@ workers=${WORKERS:-$((15 * $(echo "$device" | tr ',' '\n' | wc -l)))}
 compile=${COMPILE:-graphs}
 status=0
 if [ "$compile" != off ]; then
-    timeout 150 python3 -m prism_rec.probes --grid --device "${device%%,*}" --compile "$compile" --check-compile \
+    check_seconds=${CHECK_SECONDS:-$(if [ "$compile" = graphs ]; then echo 150; else echo 300; fi)}
+    timeout "$check_seconds" python3 -m prism_rec.probes --grid --device "${device%%,*}" --compile "$compile" --check-compile \
         > "$out/probes_check.txt" 2>&1
     status=$?
     tail -n 12 "$out/probes_check.txt"
