@@ -49,8 +49,11 @@ def command_list(args) -> None:
 
 
 def command_bench(args) -> None:
-    from .runner import bench, parse_seeds
+    import torch
 
+    from .runner import bench, cpu_threads, parse_seeds
+
+    torch.set_num_threads(cpu_threads(args.threads))
     models = resolve_models(args.models)
     try:
         source = registry.get_dataset(args.dataset)
@@ -137,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--precision", choices=PRECISIONS, default=defaults.precision,
                        help="bf16: bf16 autocast on CUDA (default); fp32: fp32 with TF32 off (CPU is always fp32)")
     bench.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    bench.add_argument("--threads", default="auto",
+                       help="CPU threads: a count, or auto (default): OMP_NUM_THREADS if set, else the cores the "
+                            "load average leaves idle (threads that share busy cores slow down several-fold)")
     bench.add_argument("--split", choices=("loo", "time"), default="loo")
     bench.add_argument("--dedup", choices=("none", "first", "last"), default="none",
                        help="repeated (user, item) pairs: keep all (none), or only the first or last")
