@@ -22,9 +22,12 @@ TINY_BENCH_ARGS = ["--epochs", "2", "--d-model", "16", "--max-len", "8", "--batc
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    """A temporary sqlite MLflow store, used by this process and by the subprocesses it starts."""
+    """A temporary sqlite MLflow store, used by this process and by the subprocesses it starts. Sets
+    OMP_NUM_THREADS too, so that an in-process `bench --threads auto` keeps this process's thread count
+    (which would otherwise follow the load average and move float reductions between runs)."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))
     mlflow.set_tracking_uri(uri)
     return tmp_path
 

@@ -180,3 +180,11 @@ def test_threads_auto_takes_the_idle_cores(monkeypatch):
     for bad in ("0", "two"):
         with pytest.raises(OptionError, match=f"option --threads: expected 'auto' or a count >= 1, got '{bad}'"):
             cpu_threads(bad)
+
+
+def test_threads_auto_keeps_the_count_that_omp_num_threads_set(monkeypatch):
+    from prism_rec.runner import cpu_threads
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # torchrun sets it; so does the store fixture
+    monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert cpu_threads("auto") == torch.get_num_threads()
