@@ -141,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="bf16: bf16 autocast on CUDA (default); fp32: fp32 with TF32 off (CPU is always fp32)")
     bench.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     bench.add_argument("--threads", default="auto",
-                       help="CPU threads: a count, or auto (default): OMP_NUM_THREADS if set, else the cores the "
-                            "load average leaves idle (threads that share busy cores slow down several-fold)")
+                       help="CPU threads: a count, or auto (default): OMP_NUM_THREADS if set, else 1, whatever the "
+                            "load (other counts change the last bits of the metrics)")
     bench.add_argument("--split", choices=("loo", "time"), default="loo")
     bench.add_argument("--dedup", choices=("none", "first", "last"), default="none",
                        help="repeated (user, item) pairs: keep all (none), or only the first or last")

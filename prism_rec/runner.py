@@ -154,18 +154,19 @@ def run_settings(model: str, config: TrainConfig, device, distributed: bool = Fa
 
 def cpu_threads(option: str) -> int:
     """The CPU threads to train with for ``--threads``: a count, or "auto": OMP_NUM_THREADS where it is set
-    (torchrun sets it), else the cores that the 1-minute load average leaves idle, at least 1. PyTorch's
-    OpenMP threads slow down several-fold when they share their cores with other busy processes (measured on
-    a 2-core machine, gated_deltanet on ml-100k: 2 threads 26.7K tokens/s when idle and 8.2K beside one busy
-    process, 1 thread 15.8K and 15.3K), so a shared machine trains faster on the cores that are free."""
+    (torchrun sets it), else 1. The count changes how reductions split, so runs with other counts may
+    differ in the last bits (measured: train loss 7.0863448786 on 1 thread, 7.0863447976 on 2); a fixed
+    default keeps the same command's metrics identical on every machine, whatever its load. One thread also
+    holds its speed on a shared machine, where PyTorch's OpenMP threads slow down several-fold beside busy
+    processes (2-core machine, gated_deltanet on ml-100k: 2 threads 26.7K tokens/s idle and 8.2K beside
+    one busy process, 1 thread 15.8K and 15.3K); pass a count to use more cores."""
     if option != "auto":
         if not option.isdigit() or int(option) < 1:
             raise OptionError(f"option --threads: expected 'auto' or a count >= 1, got {option!r}")
         return int(option)
     if os.environ.get("OMP_NUM_THREADS"):
         return torch.get_num_threads()
-    cores = os.cpu_count() or 1
-    return max(1, min(cores, round(cores - os.getloadavg()[0])))
+    return 1
 
 
 def bench(dataset_name: str, models: list[str], seeds: list[int], config: TrainConfig,
