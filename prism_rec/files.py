@@ -40,3 +40,18 @@ def write_figure_atomically(path: Path, figure, dpi: int) -> None:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=dpi)
     write_atomically(path, buffer.getvalue())
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The JSON objects of ``path``, one per line; [] when the file does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{number}: not a JSON line ({error})") from None
+    return rows

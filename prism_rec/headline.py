@@ -39,9 +39,9 @@ from pathlib import Path
 
 from . import registry, tuning
 from .data.sources import load_dataset
-from .files import write_jsonl
+from .files import read_jsonl, write_jsonl
 from .jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
-from .records import RECORDS_SUFFIX, append_jsonl, import_records, make_record, read_jsonl, run_hash
+from .records import RECORDS_SUFFIX, append_jsonl, import_records, make_record, run_hash
 from .tracking import PROJECT_ROOT, provenance_tags
 from .train import TrainConfig, check_devices, fit, resolve_device
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from .case_ranks import encode as encode_case_ranks
 from .checkpoint import config_hash
 from .data.core import ProcessedDataset
-from .files import jsonl_text, write_atomically
+from .files import jsonl_text, read_jsonl, write_atomically
 from .train import TrainConfig
 
 RECORD_FORMAT = "prism-rec-run-1"
@@ -84,21 +84,6 @@ def final_metrics(result: dict) -> dict[str, float]:
         "train_tokens_per_s": result["train_tokens_per_s"], "peak_memory_mb": result["peak_memory_mb"],
         "wall_seconds": result["wall_seconds"], "n_parameters": result["n_parameters"],
     }
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """The JSON objects of ``path``, one per line; [] when the file does not exist."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number}: not a JSON line ({error})") from None
-    return rows
 
 
 def append_jsonl(path: Path, row: dict) -> None:

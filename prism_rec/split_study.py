@@ -29,11 +29,11 @@ import numpy as np
 from . import tuning
 from .case_ranks import decode
 from .data.sources import load_dataset
-from .files import write_atomically
+from .files import read_jsonl, write_atomically
 from .headline import (CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL, SEEDS, HeadlineJob, manifest_entry, train_cell,
                        training_config)
 from .jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
-from .records import append_jsonl, read_jsonl, run_hash
+from .records import append_jsonl, run_hash
 from .stats import bootstrap_mean_ci, paired_difference
 from .tables import pipe_table
 from .tracking import PROJECT_ROOT

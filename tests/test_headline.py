@@ -12,7 +12,8 @@ import torch
 from prism_rec import headline
 from prism_rec.jobs import ABANDONED, WorkerDevices, run_jobs
 from prism_rec.metrics import METRIC_NAMES
-from prism_rec.records import import_records, make_record, read_jsonl, read_records
+from prism_rec.files import read_jsonl
+from prism_rec.records import import_records, make_record, read_records
 from prism_rec.train import check_devices
 
 DATA_OPTIONS = {"min_user_interactions": 5, "min_item_interactions": 5, "split": "loo", "dedup": "none",

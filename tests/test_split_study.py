@@ -13,7 +13,8 @@ from prism_rec import split_study
 from prism_rec.case_ranks import encode
 from prism_rec.headline import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL
 from prism_rec.metrics import METRIC_NAMES
-from prism_rec.records import append_jsonl, make_record, read_jsonl
+from prism_rec.files import read_jsonl
+from prism_rec.records import append_jsonl, make_record
 
 MODELS = ("sasrec", "prism")
 RATES = {"sasrec": 3e-3, "prism": 1e-3}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..files import write_jsonl
+from ..files import read_jsonl, write_jsonl
 from .settings import ProbeSettings
 from .tasks import TASKS
 
@@ -35,17 +35,7 @@ def entry_identity(entry: dict) -> str:
 
 
 def load_manifest(out_dir: Path) -> list[dict]:
-    path = Path(out_dir) / MANIFEST_NAME
-    if not path.exists():
-        return []
-    entries = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if line.strip():
-            try:
-                entries.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number}: not a JSON line ({error})") from None
-    return entries
+    return read_jsonl(Path(out_dir) / MANIFEST_NAME)
 
 
 def save_manifest(out_dir: Path, entries: list[dict]) -> None:
