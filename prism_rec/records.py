@@ -12,7 +12,6 @@ import of the same record a no-op.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import asdict
