@@ -44,7 +44,7 @@ def register_backbone(name: str, description: str = "", **defaults: Any):
 
 
 def register_dataset(name: str):
-    """Register a dataset source class (see ``prism_rec.data.sources.DatasetSource``) under ``name``."""
+    """Register a dataset source class (see ``prism_rec.data.source.DatasetSource``) under ``name``."""
 
     def decorator(cls):
         if name in _DATASETS and _DATASETS[name] is not cls:

@@ -16,7 +16,8 @@ from .core import DataError
 from .download import download
 from .export import export_recbole
 from .formats import FORMATS
-from .sources import DEFAULT_PROCESSED_ROOT, PROJECT_ROOT, load_dataset
+from .source import DEFAULT_PROCESSED_ROOT, PROJECT_ROOT
+from .sources import load_dataset
 from .stats import RESULTS_FILE, write_stats
 
 DEFAULT_LOCK = PROJECT_ROOT / "datasets" / "download.lock.json"

@@ -18,7 +18,7 @@ from ..registry import register_dataset
 from .core import DataError, MissingDataError
 from .generic import read_recbole_inter, read_sequence_text
 from .parsing import ReadContext, decode, finite_number, iter_lines, path_opener
-from .sources import PROJECT_ROOT, DatasetSource
+from .source import PROJECT_ROOT, DatasetSource
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
 SHARED_DATA_ENV = "PRISM_REC_SHARED_DATA"

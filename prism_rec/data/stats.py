@@ -14,7 +14,8 @@ from pathlib import Path
 
 from ..registry import get_dataset, list_datasets
 from .core import DataError, MissingDataError
-from .sources import PROJECT_ROOT, load_dataset
+from .source import PROJECT_ROOT
+from .sources import load_dataset
 
 RESULTS_FILE = PROJECT_ROOT / "results" / "datasets.md"
 TITLE = "# Datasets\n"
