@@ -25,7 +25,7 @@ from prism_rec.compile import optimizer_options, resolve_compile, training_encod
 from prism_rec.data.batching import training_windows
 from prism_rec.data.sources import load_dataset
 from prism_rec.files import write_atomically
-from prism_rec.headline import training_config
+from prism_rec.headline_protocol import training_config
 from prism_rec.tracking import machine_description
 from prism_rec.train import NextItemObjective, build_model, resolve_device, set_seed
 

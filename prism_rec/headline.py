@@ -40,32 +40,18 @@ from pathlib import Path
 from . import registry, tuning
 from .data.sources import load_dataset
 from .files import read_jsonl, write_jsonl
+from .headline_protocol import (CASE_RANKS_NAME, DATASETS, MANIFEST_NAME, PROTOCOL, SEEDS, backbone_parameters,
+                                training_config)
 from .jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
 from .records import RECORDS_SUFFIX, append_jsonl, import_records, make_record, run_hash
 from .tracking import PROJECT_ROOT, provenance_tags
 from .train import TrainConfig, check_devices, fit, resolve_device
 
-PROTOCOL = "headline-v2"
-DATASETS = ("ml-100k", "yelp-iclrec", "electronics-gerec", "books-dealrec", "movies-long", "movies-fedcsr")
-SEEDS = (0, 1, 2)
-SETTINGS = {"d_model": 64, "n_layers": 2, "n_heads": 2, "dropout": 0.1, "batch_size": 256, "epochs": 200,
-            "patience": 10}
-LAYERS = {"titans": 1}  # one Titans layer is a memory block plus an attention block
 UNTRAINED_RATE = 0.0  # the rate recorded for pop, which trains nothing
 DIVERGED = "diverged"
-MANIFEST_NAME = "headline_v2_manifest.jsonl"
-CASE_RANKS_NAME = "headline_v2_case_ranks.jsonl"
 RECORDS_NAME = f"headline{RECORDS_SUFFIX}"
 RESULTS_MANIFEST = PROJECT_ROOT / "results" / MANIFEST_NAME
 RESULTS_CASE_RANKS = PROJECT_ROOT / "results" / CASE_RANKS_NAME
-
-
-def training_config(dataset: str, model: str, seed: int, device: str, overrides: dict, lr: float) -> TrainConfig:
-    """The headline settings for one cell at rate ``lr``: SETTINGS, the dataset's default window,
-    ``overrides`` last."""
-    values = {**SETTINGS, "n_layers": LAYERS.get(model, SETTINGS["n_layers"]), "lr": lr,
-              "max_len": registry.get_dataset(dataset).max_len, **overrides}
-    return TrainConfig(**values, seed=seed, device=device, progress=False)
 
 
 @dataclass(frozen=True)
@@ -129,12 +115,6 @@ def diverged_entry(job: HeadlineJob) -> dict:
             "config_hash": job.run_hash, "record_id": uuid.uuid4().hex, "diverged": True,
             "best_valid_auc": float("-inf"), "command": job.command,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-
-def backbone_parameters(model: str, config: TrainConfig) -> int:
-    backbone = registry.build_backbone(model, d_model=config.d_model, n_layers=config.n_layers,
-                                       n_heads=config.n_heads, dropout=config.dropout, **config.backbone_options)
-    return sum(p.numel() for p in backbone.parameters())
 
 
 def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions: dict[str, int],

@@ -24,8 +24,8 @@ import pandas as pd
 from . import registry, tuning
 from .case_ranks import CaseRanks, decode
 from .files import read_jsonl, write_atomically
-from .headline import (CASE_RANKS_NAME, DATASETS, LAYERS, MANIFEST_NAME, PROTOCOL, SEEDS, SETTINGS,
-                       backbone_parameters, training_config)
+from .headline_protocol import (CASE_RANKS_NAME, DATASETS, LAYERS, MANIFEST_NAME, PROTOCOL, SEEDS, SETTINGS,
+                                backbone_parameters, training_config)
 from .metrics import METRIC_NAMES
 from .plots import auc_bar_chart, pareto_chart
 from .stats import N_RESAMPLES, PairedDifference, bootstrap_mean_ci, paired_difference

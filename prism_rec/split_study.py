@@ -30,8 +30,8 @@ from . import tuning
 from .case_ranks import decode
 from .data.sources import load_dataset
 from .files import read_jsonl, write_atomically
-from .headline import (CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL, SEEDS, HeadlineJob, manifest_entry, train_cell,
-                       training_config)
+from .headline import HeadlineJob, manifest_entry, train_cell
+from .headline_protocol import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL, SEEDS, training_config
 from .jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
 from .records import append_jsonl, run_hash
 from .stats import bootstrap_mean_ci, paired_difference

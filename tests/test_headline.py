@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from prism_rec import headline
+from prism_rec import headline, headline_protocol
 from prism_rec.jobs import ABANDONED, WorkerDevices, run_jobs
 from prism_rec.metrics import METRIC_NAMES
 from prism_rec.files import read_jsonl
@@ -35,7 +35,7 @@ def fake_result(auc: float) -> dict:
 
 
 def fake_record(model: str, seed: int, auc: float) -> dict:
-    config = headline.training_config("ml-100k", model, seed, "cpu", {}, 1e-3)
+    config = headline_protocol.training_config("ml-100k", model, seed, "cpu", {}, 1e-3)
     tags = {"git_commit": "abc", "device": "cuda", "machine": "NVIDIA H200", "torch_version": "2.11",
             "triton_version": "3.6", "command": "python -m prism_rec.headline run --out X"}
     return make_record(fake_dataset(), model, config, fake_result(auc), tags, time.time() - 5)
@@ -93,10 +93,10 @@ def test_rates_are_tuned_on_seed_0_then_the_seeds_and_presets_follow(tmp_path, f
                                       "ml-100k/prism/lr0.001/s0", "ml-100k/prism/lr0.003/s0"}  # tuning first
     assert sorted(fake_training[5:]) == ["ml-100k/prism-L1/lr0.001/s0", "ml-100k/prism-L1/lr0.001/s1",
                                          "ml-100k/prism/lr0.001/s1", "ml-100k/sasrec/lr0.003/s1"]
-    manifest = read_jsonl(tmp_path / headline.MANIFEST_NAME)
+    manifest = read_jsonl(tmp_path / headline_protocol.MANIFEST_NAME)
     assert len(manifest) == 9 and {e["protocol"] for e in manifest} == {"headline-v2"}
     assert {(e["gpu_sharing"], e["jobs_per_device"], e["epochs"], e["patience"]) for e in manifest} == {("none", 1.0, 200, 10)}
-    assert {e["record_id"] for e in read_jsonl(tmp_path / headline.CASE_RANKS_NAME)} == {e["record_id"] for e in manifest}
+    assert {e["record_id"] for e in read_jsonl(tmp_path / headline_protocol.CASE_RANKS_NAME)} == {e["record_id"] for e in manifest}
     fake_training.clear()
     counts = headline.run_headline(["ml-100k"], models, [0, 1, 2], tmp_path, 1, None, grid=GRID)
     assert counts["already in manifest"] == 9 and counts["finished"] == 3
@@ -179,7 +179,7 @@ def test_jobs_in_flight_at_the_deadline_are_abandoned():
 
 
 def test_time_estimates_follow_the_planned_concurrency():
-    config = headline.training_config("ml-100k", "sasrec", 2, "cpu", {}, 1e-3)
+    config = headline_protocol.training_config("ml-100k", "sasrec", 2, "cpu", {}, 1e-3)
     job = headline.HeadlineJob("ml-100k", "sasrec", config, "hash-s2", "")
     seen = [{"dataset": "ml-100k", "model": "sasrec", "config_hash": f"hash-s{seed}", "wall_seconds": 140.0,
              "jobs_per_device": 14.0} for seed in (0, 1)]
@@ -190,7 +190,7 @@ def test_time_estimates_follow_the_planned_concurrency():
 
 
 def _job(model: str, seed: int) -> "headline.HeadlineJob":
-    return headline.HeadlineJob("ml-100k", model, headline.training_config("ml-100k", model, seed, "cpu", {}, 1e-3),
+    return headline.HeadlineJob("ml-100k", model, headline_protocol.training_config("ml-100k", model, seed, "cpu", {}, 1e-3),
                                 f"hash-{model}-s{seed}", "")
 
 
@@ -259,7 +259,7 @@ def test_a_run_that_diverges_loses_its_rate_and_is_not_rerun(tmp_path, fake_trai
     monkeypatch.setattr(headline, "train_cell", diverging)
     counts = headline.run_headline(["ml-100k"], ["sasrec"], [0, 1], tmp_path, 1, None, grid=GRID)
     assert counts["diverged"] == 1 and counts["finished"] == 2
-    manifest = read_jsonl(tmp_path / headline.MANIFEST_NAME)
+    manifest = read_jsonl(tmp_path / headline_protocol.MANIFEST_NAME)
     assert headline.tuning.chosen_rates(manifest, GRID) == {("ml-100k", "sasrec"): 1e-3}
     assert {(e["seed"], e["lr"]) for e in headline.tuning.selected_entries(manifest, GRID)} == {(0, 1e-3), (1, 1e-3)}
     fake_training.clear()

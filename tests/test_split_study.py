@@ -11,7 +11,7 @@ import pytest
 
 from prism_rec import split_study
 from prism_rec.case_ranks import encode
-from prism_rec.headline import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL
+from prism_rec.headline_protocol import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL
 from prism_rec.metrics import METRIC_NAMES
 from prism_rec.files import read_jsonl
 from prism_rec.records import append_jsonl, make_record
