@@ -10,6 +10,7 @@ from pathlib import Path
 
 from . import registry
 from .errors import BenchFailures, OptionError
+from .options import parse_seeds, resolve_models
 from .train import PRECISIONS, TrainConfig
 
 
@@ -22,15 +23,6 @@ def parse_option(text: str) -> tuple[str, object]:
         return key.replace("-", "_"), ast.literal_eval(value)
     except (ValueError, SyntaxError):
         return key.replace("-", "_"), value
-
-
-def resolve_models(text: str) -> list[str]:
-    names = registry.list_backbones() if text == "all" else [m.strip() for m in text.split(",") if m.strip()]
-    unknown = [m for m in names if m not in registry.list_backbones()]
-    if unknown or not names:
-        raise OptionError(f"option --models: unknown backbone(s) {unknown or text!r}; "
-                          f"registered: {', '.join(registry.list_backbones())}")
-    return names
 
 
 def command_list(args) -> None:
@@ -51,7 +43,7 @@ def command_list(args) -> None:
 def command_bench(args) -> None:
     import torch
 
-    from .runner import bench, cpu_threads, parse_seeds
+    from .runner import bench, cpu_threads
 
     torch.set_num_threads(cpu_threads(args.threads))
     models = resolve_models(args.models)

@@ -43,6 +43,7 @@ from .files import read_jsonl, write_jsonl
 from .headline_protocol import (CASE_RANKS_NAME, DATASETS, MANIFEST_NAME, PROTOCOL, SEEDS, backbone_parameters,
                                 training_config)
 from .jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
+from .options import resolve_models
 from .records import RECORDS_SUFFIX, append_jsonl, import_records, make_record, run_hash
 from .tracking import PROJECT_ROOT, provenance_tags
 from .train import TrainConfig, check_devices, fit, resolve_device
@@ -347,10 +348,7 @@ def main(argv: list[str] | None = None) -> None:
     invocation = "python -m prism_rec.headline " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     try:
         if args.command == "run":
-            models = registry.list_backbones() if args.models == "all" else args.models.split(",")
-            unknown = [m for m in models if m not in registry.list_backbones()]
-            if unknown:
-                raise ValueError(f"option --models: unknown backbone(s) {', '.join(unknown)}")
+            models = resolve_models(args.models)
             datasets = args.datasets.split(",")
             unknown = [d for d in datasets if d not in registry.list_datasets()]
             if unknown:

@@ -440,16 +440,3 @@ def _plan(experiment: str, bench_hash: str, keys: list[tuple[str, int]], run_has
             plan[key] = Planned(RESUME, child_id if status in ("KILLED", "FAILED") else None,
                                 state["progress"]["history"])
     return parent_id, plan
-
-
-def parse_seeds(text: str) -> list[int]:
-    """'3' -> [0, 1, 2]; '1,5,7' -> [1, 5, 7]; anything else raises :class:`OptionError`."""
-    try:
-        seeds = [int(s) for s in text.split(",") if s.strip()] if "," in text else list(range(int(text)))
-    except ValueError:
-        raise OptionError(f"option --seeds: expected a count or a comma list of integers, got {text!r}") from None
-    if not seeds:
-        raise OptionError(f"option --seeds: need at least one seed, got {text!r}")
-    if len(set(seeds)) != len(seeds):
-        raise OptionError(f"option --seeds: seed listed twice in {text!r}")
-    return seeds

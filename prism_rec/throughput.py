@@ -33,6 +33,7 @@ import torch
 from . import registry
 from .files import write_atomically, write_figure_atomically
 from .model import SequentialRecommender
+from .options import resolve_models
 from .tracking import git_commit, machine_description, provenance_tags
 from .train import NextItemObjective, TrainConfig, resolve_device
 
@@ -149,15 +150,6 @@ def describe_heads(options: dict, shape: Shape, backbone: str) -> str:
     width = shape.d_model * (2 if base_backbone(backbone, ("mamba2",)) else 1) // options["n_heads"]
     extra = ", state " + str(options["d_state"]) if "d_state" in options else ""
     return f"{options['n_heads']} x {width}{extra}"
-
-
-def resolve_models(text: str) -> list[str]:
-    registered = registry.list_backbones()
-    names = registered if text == "all" else [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in registered]
-    if unknown or not names:
-        raise ValueError(f"option --models: unknown backbone(s) {unknown or text!r}; registered: {', '.join(registered)}")
-    return names
 
 
 def timed_step(step, device: torch.device) -> float:

@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 
 from ..compile import COMPILE_MODES
+from ..options import parse_seeds
 from ..tracking import PROJECT_ROOT
 from .grid import grid_runs, product_runs
 from .model import parse_model_spec
@@ -22,17 +23,6 @@ DEFAULT_MODELS = "sasrec,transformer++,gated_deltanet,mamba2,prism:L=2,prism-L0"
 CHECK_TOLERANCE = {"output": 1e-4, "gradients": 1e-3, "loss_curve": 1e-3}  # relative gaps, fp32 with TF32 off
 SETTING_OPTIONS = ("vocab_size", "seq_len", "d_model", "n_layers", "n_heads", "steps", "batch_size", "lr",
                    "weight_decay", "grad_clip", "eval_size")
-
-
-def parse_seeds(text: str) -> list[int]:
-    """'3' -> [0, 1, 2]; '1,5,7' -> [1, 5, 7]."""
-    try:
-        seeds = [int(s) for s in text.split(",") if s.strip()] if "," in text else list(range(int(text)))
-    except ValueError:
-        raise ValueError(f"option --seeds: expected a count or a comma list of integers, got {text!r}") from None
-    if not seeds:
-        raise ValueError(f"option --seeds: need at least one seed, got {text!r}")
-    return seeds
 
 
 def command_line(args: argparse.Namespace) -> str:
