@@ -53,7 +53,7 @@ from prism_rec.data.sources import load_dataset
 from prism_rec.files import write_atomically
 from prism_rec.losses import full_softmax_loss_sum, resolve_path
 from prism_rec.registry import backbone_entry, get_dataset, list_backbones
-from prism_rec.tracking import machine_description
+from prism_rec.tracking import machine_description, triton_version
 from prism_rec.compile import gaps_to_eager, optimizer_options, resolve_compile, training_encoder
 from prism_rec.model import SequentialRecommender
 from prism_rec.train import NextItemObjective, TrainConfig, build_model, resolve_device, set_seed
@@ -531,12 +531,6 @@ def main(argv: list[str] | None = None) -> None:
         torch.cuda.set_device(device)
     command = "python benchmarks/step_bench.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     machine = machine_description(device)
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = "not installed"
     models = trained_backbones(parse_list(args.models, list_backbones()))
     loss_paths = []
     for path in args.loss_path.split(","):
@@ -549,7 +543,7 @@ def main(argv: list[str] | None = None) -> None:
     solo_modes = solo_modes or compile_modes
     header = [f"# Training step: {machine}", "",
               f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; triton "
-              f"{triton_version}; {dtype_label(device)}; command `{command}`.",
+              f"{triton_version()}; {dtype_label(device)}; command `{command}`.",
               f"One step = forward, backward, AdamW (prism_rec.train's model and objective, full softmax through "
               f"prism_rec.losses), batch {args.batch_size}, d_model {args.d_model}, {args.n_layers} layers, "
               f"{args.n_heads} heads, random full windows; median wall time of up to {args.steps} steps after "

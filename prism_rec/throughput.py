@@ -34,7 +34,7 @@ from . import registry
 from .files import write_atomically, write_figure_atomically
 from .model import SequentialRecommender
 from .options import resolve_models
-from .tracking import git_commit, machine_description, provenance_tags
+from .tracking import git_commit, machine_description, provenance_tags, triton_version
 from .train import NextItemObjective, TrainConfig, resolve_device
 
 EXPERIMENT = "throughput"
@@ -340,18 +340,12 @@ def target_lines(results: list[BackboneResults], configuration: Configuration) -
 
 def markdown_report(results: list[BackboneResults], configuration: Configuration, device: torch.device,
                     command: str, mlflow_note: str) -> str:
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = "not installed"
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Training throughput and peak memory",
         "",
         f"Produced by: `{command}`",
-        f"Device: {machine_description(device)}; torch {torch.__version__}, Triton {triton_version}, "
+        f"Device: {machine_description(device)}; torch {torch.__version__}, Triton {triton_version()}, "
         f"Python {platform.python_version()}; {when}; git {git_commit()}.",
         "",
         "One step = forward, backward and AdamW step of the project's `SequentialRecommender` (tied "

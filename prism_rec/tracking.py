@@ -203,18 +203,20 @@ def machine_description(device: torch.device) -> str:
     return f"{platform.machine()} CPU, {os.cpu_count()} cores"
 
 
-def provenance_tags(device: torch.device) -> dict[str, str]:
+def triton_version() -> str:
     try:
         import triton
-
-        triton_version = triton.__version__
     except ImportError:
-        triton_version = "not installed"
+        return "not installed"
+    return triton.__version__
+
+
+def provenance_tags(device: torch.device) -> dict[str, str]:
     return {
         "git_commit": git_commit(),
         "device": str(device),
         "machine": machine_description(device),
         "torch_version": torch.__version__,
         "torch_threads": str(torch.get_num_threads()),
-        "triton_version": triton_version,
+        "triton_version": triton_version(),
     }
