@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .files import write_atomically
-from .tracking import PROJECT_ROOT
+from .paths import PROJECT_ROOT
 
 CHECKPOINT_DIR = PROJECT_ROOT / "checkpoints"
 INTERRUPT_AFTER_BATCHES_ENV = "PRISM_REC_INTERRUPT_AFTER_BATCHES"

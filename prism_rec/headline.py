@@ -45,14 +45,15 @@ from .headline_protocol import (CASE_RANKS_NAME, DATASETS, MANIFEST_NAME, PROTOC
 from .jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
 from .options import resolve_models
 from .records import RECORDS_SUFFIX, append_jsonl, import_records, make_record, run_hash
-from .tracking import PROJECT_ROOT, provenance_tags
+from .paths import RESULTS_DIR
+from .tracking import provenance_tags
 from .train import TrainConfig, check_devices, fit, resolve_device
 
 UNTRAINED_RATE = 0.0  # the rate recorded for pop, which trains nothing
 DIVERGED = "diverged"
 RECORDS_NAME = f"headline{RECORDS_SUFFIX}"
-RESULTS_MANIFEST = PROJECT_ROOT / "results" / MANIFEST_NAME
-RESULTS_CASE_RANKS = PROJECT_ROOT / "results" / CASE_RANKS_NAME
+RESULTS_MANIFEST = RESULTS_DIR / MANIFEST_NAME
+RESULTS_CASE_RANKS = RESULTS_DIR / CASE_RANKS_NAME
 
 
 @dataclass(frozen=True)

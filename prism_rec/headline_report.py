@@ -27,9 +27,9 @@ from .files import read_jsonl, write_atomically
 from .headline_protocol import (CASE_RANKS_NAME, DATASETS, LAYERS, MANIFEST_NAME, PROTOCOL, SEEDS, SETTINGS,
                                 backbone_parameters, training_config)
 from .metrics import METRIC_NAMES
+from .paths import RESULTS_DIR
 from .plots import auc_bar_chart, pareto_chart
 from .stats import N_RESAMPLES, PairedDifference, bootstrap_mean_ci, paired_difference
-from .tables import RESULTS_DIR
 
 COMMAND = "python -m prism_rec.headline tables"
 FLOOR = "pop"  # item popularity: the row every trained backbone must clear

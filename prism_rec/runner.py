@@ -47,10 +47,11 @@ from .data.sources import load_dataset
 from .errors import BenchFailures, OptionError
 from .compile import resolve_compile
 from .metrics import METRIC_NAMES
+from .paths import RESULTS_DIR
 from .plots import auc_bar_chart, learning_curve, learning_curves
 from .records import CASE_RANKS_ARTIFACT, case_ranks_entry, dataset_stats_tag, final_metrics, run_hash
 from .registry import backbone_entry, build_backbone, get_dataset
-from .tables import LOCAL_RESULTS_DIR, RESULTS_DIR, markdown_table, spread_note, summarise, \
+from .tables import LOCAL_RESULTS_DIR, markdown_table, spread_note, summarise, \
     with_test_user_intervals, write_tables
 from .tracking import end_runs_of_dead_processes, experiment_id, process_tags, provenance_tags
 from .train import TrainConfig, fit, read_checkpoint, resolve_device

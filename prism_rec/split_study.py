@@ -33,10 +33,10 @@ from .files import read_jsonl, write_atomically
 from .headline import HeadlineJob, manifest_entry, train_cell
 from .headline_protocol import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL, SEEDS, training_config
 from .jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
+from .paths import RESULTS_DIR
 from .records import append_jsonl, run_hash
 from .stats import bootstrap_mean_ci, paired_difference
 from .tables import pipe_table
-from .tracking import PROJECT_ROOT
 from .train import check_devices
 
 DATASETS = ("ml-100k", "movies-long")
@@ -44,7 +44,6 @@ MODELS = ("sasrec", "gated_deltanet", "prism", "gdn-authors", "prism-authors", "
 SPLIT = "time"
 STUDY_MANIFEST = "split_manifest.jsonl"
 STUDY_CASE_RANKS = "split_case_ranks.jsonl"
-RESULTS = PROJECT_ROOT / "results"
 PAIRS = (("prism", "gated_deltanet"), ("prism", "sasrec"), ("prism-authors", "gdn-authors"),
          ("prism-authors", "sasrec"))
 
@@ -58,7 +57,7 @@ def study_jobs(headline: list[dict], device: str, command: str) -> list[Headline
         for model in MODELS:
             lr = tuning.rate_for(name, model, choices)
             if lr is None:
-                raise ValueError(f"{RESULTS / MANIFEST_NAME}: no chosen leave-one-out rate for {name}/{model} yet; "
+                raise ValueError(f"{RESULTS_DIR / MANIFEST_NAME}: no chosen leave-one-out rate for {name}/{model} yet; "
                                  "run the headline grid's tuning first")
             for seed in SEEDS:
                 config = training_config(name, model, seed, device, {}, lr)
@@ -71,11 +70,11 @@ def run_study(out_dir: Path, workers: int, budget: float | None, device: str, co
     devices = WorkerDevices(check_devices(device))
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in (STUDY_MANIFEST, STUDY_CASE_RANKS):
-        if not (out_dir / name).exists() and (RESULTS / name).exists():
-            shutil.copyfile(RESULTS / name, out_dir / name)
+        if not (out_dir / name).exists() and (RESULTS_DIR / name).exists():
+            shutil.copyfile(RESULTS_DIR / name, out_dir / name)
     manifest_path, case_ranks_path = out_dir / STUDY_MANIFEST, out_dir / STUDY_CASE_RANKS
     done = {e["config_hash"] for e in read_jsonl(manifest_path)}
-    jobs = [job for job in study_jobs(read_jsonl(RESULTS / MANIFEST_NAME), devices.job_device, command)
+    jobs = [job for job in study_jobs(read_jsonl(RESULTS_DIR / MANIFEST_NAME), devices.job_device, command)
             if job.run_hash not in done]
     counts = {"already in manifest": len(done), "finished": 0, "diverged": 0, FAILED: 0, ABANDONED: 0}
     print(f"{len(jobs)} time-split runs to train with {workers} worker(s); {len(done)} in {manifest_path}", flush=True)
@@ -211,7 +210,7 @@ def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
     return "\n".join(lines)
 
 
-def write_table(results_dir: Path = RESULTS) -> Path:
+def write_table(results_dir: Path = RESULTS_DIR) -> Path:
     """Write results_dir/split.md; returns its path."""
     study = read_jsonl(results_dir / STUDY_MANIFEST)
     headline = [e for e in read_jsonl(results_dir / MANIFEST_NAME) if e.get("protocol") == PROTOCOL]

@@ -18,9 +18,9 @@ from .metrics import METRIC_NAMES
 from .records import CASE_RANKS_ARTIFACT
 from .plots import auc_bar_chart
 from .stats import bootstrap_mean_ci
-from .tracking import PROJECT_ROOT, experiment_id
+from .paths import RESULTS_DIR
+from .tracking import experiment_id
 
-RESULTS_DIR = PROJECT_ROOT / "results"  # the published tables (headline_report.py)
 LOCAL_RESULTS_DIR = RESULTS_DIR / "local"  # a user's benches (git-ignored)
 COLUMN_TITLES = {"auc": "AUC", **{f"{kind}_{k}": f"{kind.upper() if kind == 'ndcg' else 'Hit'}@{k}"
                                   for kind in ("hit", "ndcg") for k in (10, 200, 500)}}

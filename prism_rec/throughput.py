@@ -34,11 +34,11 @@ from . import registry
 from .files import write_atomically, write_figure_atomically
 from .model import SequentialRecommender
 from .options import resolve_models
+from .paths import RESULTS_DIR
 from .tracking import git_commit, machine_description, provenance_tags, triton_version
 from .train import NextItemObjective, TrainConfig, resolve_device
 
 EXPERIMENT = "throughput"
-RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 
 # Heads at the language-model shape, as each model's paper sizes them; presets of a factory inherit
 # its entry. Any other backbone gets heads of width 64.

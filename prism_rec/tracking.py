@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+from .paths import PROJECT_ROOT
+
 STORE_DIR = PROJECT_ROOT / ".mlflow"
 # MLflow 3's UI reads the kind of an experiment from this tag (its "experiment type" setting); which view a
 # click lands on follows the UI's workflow type instead (the ``workflowType`` URL parameter, remembered in

@@ -155,7 +155,8 @@ def test_bench_and_tables_write_a_git_ignored_folder_not_the_published_tables():
     import subprocess
 
     from prism_rec.cli import build_parser
-    from prism_rec.tables import LOCAL_RESULTS_DIR, RESULTS_DIR
+    from prism_rec.paths import RESULTS_DIR
+    from prism_rec.tables import LOCAL_RESULTS_DIR
 
     parser = build_parser()
     for command in (["bench"], ["tables"]):

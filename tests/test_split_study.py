@@ -45,7 +45,7 @@ def study(tmp_path, monkeypatch):
                                                    "record_id": f"{model}{lr}", "test_auc": 0.8})
             append_jsonl(results / CASE_RANKS_NAME, {"record_id": f"{model}{lr}", "case_ranks": encode(
                 np.arange(4), np.array([2, 4, 6, 8 if model == "prism" else 30]), 21)})
-    monkeypatch.setattr(split_study, "RESULTS", results)
+    monkeypatch.setattr(split_study, "RESULTS_DIR", results)
     monkeypatch.setattr(split_study, "DATASETS", ("ml-100k",))
     monkeypatch.setattr(split_study, "MODELS", MODELS)
     monkeypatch.setattr(split_study, "load_dataset", lambda name, split: time_split_dataset(name, split))

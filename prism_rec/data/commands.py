@@ -16,7 +16,8 @@ from .core import DataError
 from .download import download
 from .export import export_recbole
 from .formats import FORMATS
-from .source import DEFAULT_PROCESSED_ROOT, PROJECT_ROOT
+from ..paths import PROJECT_ROOT
+from .source import DEFAULT_PROCESSED_ROOT
 from .sources import load_dataset
 from .stats import RESULTS_FILE, write_stats
 

@@ -18,7 +18,8 @@ from ..registry import register_dataset
 from .core import DataError, MissingDataError
 from .generic import read_recbole_inter, read_sequence_text
 from .parsing import ReadContext, decode, finite_number, iter_lines, path_opener
-from .source import PROJECT_ROOT, DatasetSource
+from ..paths import PROJECT_ROOT
+from .source import DatasetSource
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
 SHARED_DATA_ENV = "PRISM_REC_SHARED_DATA"

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..paths import PROJECT_ROOT
 from .core import DataError
 from .parsing import ReadContext
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RAW_ROOT = PROJECT_ROOT / "datasets" / "raw"
 DEFAULT_PROCESSED_ROOT = PROJECT_ROOT / "datasets" / "processed"
 

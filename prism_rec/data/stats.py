@@ -14,10 +14,10 @@ from pathlib import Path
 
 from ..registry import get_dataset, list_datasets
 from .core import DataError, MissingDataError
-from .source import PROJECT_ROOT
+from ..paths import RESULTS_DIR
 from .sources import load_dataset
 
-RESULTS_FILE = PROJECT_ROOT / "results" / "datasets.md"
+RESULTS_FILE = RESULTS_DIR / "datasets.md"
 TITLE = "# Datasets\n"
 
 # users, items, interactions, mean length (paper Table 7)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..compile import COMPILE_MODES
 from ..options import parse_seeds
-from ..tracking import PROJECT_ROOT
+from ..paths import RESULTS_DIR
 from .grid import grid_runs, product_runs
 from .model import parse_model_spec
 from .settings import PROFILES, ProbeSettings
@@ -137,7 +137,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     probe.add_argument("--checkpoint-limit", type=float, default=None,
                        help="MiB; paused runs whose checkpoints would make probes_checkpoints.pt larger are "
                             "dropped and start over next time (what a device call can bring back)")
-    probe.add_argument("--out", default=str(PROJECT_ROOT / "results"),
+    probe.add_argument("--out", default=str(RESULTS_DIR),
                        help="folder of probes.md, probes_manifest.jsonl, probes_checkpoints.pt")
     probe.add_argument("--no-mlflow", action="store_true", help="do not log runs to MLflow")
     probe.add_argument("--log-manifest", action="store_true",
