@@ -189,14 +189,19 @@ def label(model: str) -> str:
     return f"{model} (floor)" if model == FLOOR else model
 
 
+def seeds_text(aucs: list[float], expected: int) -> str:
+    """mean ± sample std (n) of the test AUC of a cell's seeds, saying "n of expected" when some are missing."""
+    count = f"{len(aucs)}" if len(aucs) == expected else f"{len(aucs)} of {expected}"
+    if len(aucs) == 1:
+        return f"{aucs[0]:.4f} ({count} seed{'s' if expected > 1 else ''})"
+    return f"{statistics.fmean(aucs):.4f} ± {statistics.stdev(aucs):.4f} ({count})"
+
+
 def auc_text(cell: Cell) -> str:
     """mean ± std (n) of a cell's test AUC, or "missing" (and why, where known)."""
     if not cell.runs:
         return f"missing ({cell.waiting})" if cell.waiting else "missing"
-    count = f"{len(cell.runs)}" if len(cell.runs) == cell.expected else f"{len(cell.runs)} of {cell.expected}"
-    if len(cell.runs) == 1:
-        return f"{cell.mean:.4f} ({count} seed{'s' if cell.expected > 1 else ''})"
-    return f"{cell.mean:.4f} ± {cell.std:.4f} ({count})"
+    return seeds_text(cell.aucs, cell.expected)
 
 
 def ci_text(cell: Cell) -> str:

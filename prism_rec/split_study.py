@@ -31,6 +31,7 @@ from .case_ranks import decode
 from .data.sources import load_dataset
 from .files import read_jsonl, write_atomically
 from .headline import HeadlineJob, manifest_entry, train_cell
+from .headline_report import seeds_text
 from .headline_protocol import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL, SEEDS, training_config
 from .jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
 from .paths import RESULTS_DIR
@@ -124,12 +125,6 @@ def _cells(manifest: list[dict], case_ranks: dict[str, dict], split: str) -> dic
     return cells
 
 
-def _mean_std(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.4f} (1 seed)"
-    return f"{np.mean(values):.4f} ± {np.std(values, ddof=1):.4f} ({len(values)})"
-
-
 def _ranks(cells: dict, dataset: str) -> dict[str, int]:
     means = {model: np.mean(cells[(dataset, model)]["auc"]) for model in MODELS if (dataset, model) in cells}
     return {model: position for position, model in enumerate(sorted(means, key=means.get, reverse=True), 1)}
@@ -179,7 +174,7 @@ def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
                     row += ["missing", "—", "—"]
                     continue
                 low, high = bootstrap_mean_ci(np.stack(cell["per_user"]), cases=cell["cases"])
-                row += [_mean_std(cell["auc"]), f"[{low:.4f}, {high:.4f}]", str(ranks[split][model])]
+                row += [seeds_text(cell["auc"], expected=len(cell["auc"])), f"[{low:.4f}, {high:.4f}]", str(ranks[split][model])]
             both = [splits[s].get((dataset, model)) for s in ("loo", "time")]
             row.append(f"{np.mean(both[1]['auc']) - np.mean(both[0]['auc']):+.4f}" if all(both) else "—")
             rows.append(row)
