@@ -33,8 +33,16 @@ device=${DEVICE:-$gpus}
 workers=${WORKERS:-$((12 * $(echo "$device" | tr ',' '\n' | wc -l)))}
 datasets=${DATASETS:-ml-100k,yelp-iclrec,electronics-gerec,books-dealrec,movies-long,movies-fedcsr}
 budget=${BUDGET:-520}
+# new_lines_only RESULTS_FILE OUT_FILE: OUT_FILE (RESULTS_FILE's committed lines, then this call's) becomes
+# OUT_FILE's .new.jsonl with this call's lines alone
+new_lines_only() {
+    local committed
+    committed=$(stat -c %s "$1" 2>/dev/null || echo 0)
+    if [ -f "$2" ]; then
+        tail -c +$((committed + 1)) "$2" > "${2%.jsonl}.new.jsonl" && rm "$2"
+    fi
+}
 # runs still in flight at the budget are abandoned within seconds; the timeout guards the call's limit
-committed_case_ranks=$(stat -c %s "$out/headline_v2_case_ranks.jsonl" 2>/dev/null || echo 0)
 split_pid=
 if [ "${SPLIT_WORKERS:-0}" -gt 0 ]; then
     mkdir -p "$out/split"
@@ -48,17 +56,10 @@ timeout $((budget + 45)) python3 -m prism_rec.headline run --out "$out" --datase
 status=$?
 if [ -n "$split_pid" ]; then
     wait "$split_pid" || status=1
-    committed_split=$(stat -c %s results/split_case_ranks.jsonl 2>/dev/null || echo 0)
-    if [ -f "$out/split/split_case_ranks.jsonl" ]; then
-        tail -c +$((committed_split + 1)) "$out/split/split_case_ranks.jsonl" \
-            > "$out/split/split_case_ranks.new.jsonl" && rm "$out/split/split_case_ranks.jsonl"
-    fi
+    new_lines_only results/split_case_ranks.jsonl "$out/split/split_case_ranks.jsonl"
     tail -n 3 "$out/split/split_log.txt"
 fi
 if [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ]; then echo quit | nvidia-cuda-mps-control; fi
-if [ -f "$out/headline_v2_case_ranks.jsonl" ]; then
-    tail -c +$((committed_case_ranks + 1)) "$out/headline_v2_case_ranks.jsonl" \
-        > "$out/headline_v2_case_ranks.new.jsonl" && rm "$out/headline_v2_case_ranks.jsonl"
-fi
+new_lines_only results/headline_v2_case_ranks.jsonl "$out/headline_v2_case_ranks.jsonl"
 tail -n 3 "$out/headline_log.txt"
 exit $status
