@@ -13,8 +13,10 @@
 # the committed ones the file outgrows the 16 MiB a device call returns), headline.records.jsonl and
 # headline_log.txt; results/README.md ("Reproducing") says how to merge and import them here.
 # COMPILE (default off) is the training step's compile mode (TrainConfig.compile: graphs, cudagraphs, ...;
-# results/step_compile.md measured it alone on the GPU, not yet in a grid call); runs keep their settings
-# hash across it, and each manifest line says its mode.
+# results/step_compile.md measured it alone on the GPU); runs keep their settings hash across it, and each
+# manifest line says its mode. Unless it is off, the compiled encoder of every backbone of MODELS is first
+# checked against eager on the GPU (benchmarks/step_bench.py --check-only, CHECK_PROCESSES at a time,
+# default 6; OUT_DIR/compile_check.txt); if one differs or fails, the whole call trains eager instead.
 # SPLIT_WORKERS=N (default 0) also runs the split study (prism_rec/split_study.py) beside the grid on N
 # more workers through the same MPS server, for the same budget; it writes split_manifest.jsonl,
 # split_case_ranks.jsonl (the new lines only) and split_log.txt into OUT_DIR/split.
@@ -42,6 +44,19 @@ new_lines_only() {
         tail -c +$((committed + 1)) "$2" > "${2%.jsonl}.new.jsonl" && rm "$2"
     fi
 }
+compile_mode=${COMPILE:-off}
+if [ "$compile_mode" != off ]; then
+    checked_at=$SECONDS
+    python3 -c "from prism_rec.options import resolve_models; print(*resolve_models('${MODELS:-all}'))" \
+        | tr ' ' '\n' | xargs -P "${CHECK_PROCESSES:-6}" -I{} python3 benchmarks/step_bench.py --check-only \
+            --compile "$compile_mode" --check-compiled {} --out-dir "/tmp/compile_check/{}" > "$out/compile_check.txt" 2>&1
+    if [ $? -ne 0 ]; then
+        echo "compile $compile_mode: a compiled encoder differs from eager or failed (compile_check.txt); training eager"
+        compile_mode=off
+    fi
+    budget=$((budget - (SECONDS - checked_at)))
+    echo "compile check: $((SECONDS - checked_at)) s; grid compile mode $compile_mode, budget $budget s"
+fi
 # runs still in flight at the budget are abandoned within seconds; the timeout guards the call's limit
 split_pid=
 if [ "${SPLIT_WORKERS:-0}" -gt 0 ]; then
@@ -52,7 +67,7 @@ if [ "${SPLIT_WORKERS:-0}" -gt 0 ]; then
 fi
 timeout $((budget + 45)) python3 -m prism_rec.headline run --out "$out" --datasets "$datasets" \
     --models "${MODELS:-all}" --workers "$workers" --budget "$budget" --device "$device" \
-    --set compile="${COMPILE:-off}" > "$out/headline_log.txt" 2>&1
+    --set compile="$compile_mode" > "$out/headline_log.txt" 2>&1
 status=$?
 if [ -n "$split_pid" ]; then
     wait "$split_pid" || status=1

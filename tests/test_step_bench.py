@@ -92,3 +92,28 @@ def test_grid_speedup_from_solo_rows(step_bench):
     [line] = step_bench.grid_speedup_lines(rows)
     assert "compile cudagraphs over eager" in line and "2.18x over all" in line
     assert "a 2.00x (2 backbones); b 4.00x (1 backbones)" in line
+
+
+def test_check_only_exits_1_on_a_compiled_gap_or_failure(step_bench, tmp_path, monkeypatch, capsys):
+    """--check-only runs the compiled-against-eager checks alone (no steps, no report) and exits 1 when a
+    gap is over COMPILED_GAP_LIMIT or a compilation fails: the gate headline_gpu.sh runs before a compiled grid."""
+    def check(args):
+        with pytest.raises(SystemExit) as exit_:
+            step_bench.main(["--device", "cpu", "--check-only", "--compile", "cudagraphs", "--check-compiled", args,
+                             "--out-dir", str(tmp_path)])
+        return exit_.value.code
+
+    gaps = {"output": 1e-7, "gradients": 2e-5, "worst": "w"}
+    monkeypatch.setattr(step_bench, "gaps_to_eager", lambda model, mode, items: gaps)
+    assert check("sasrec,pop") == 0
+    assert "- sasrec, compile inductor: relative gap of the output 1.0e-07, of the gradients 2.0e-05 (worst: w)\n" \
+        in capsys.readouterr().out
+    gaps["gradients"] = 0.5
+    assert check("sasrec") == 1 and "over 0.001, FAILED" in capsys.readouterr().out
+
+    def broken(model, mode, items):
+        raise RuntimeError("graph break")
+
+    monkeypatch.setattr(step_bench, "gaps_to_eager", broken)
+    assert check("sasrec") == 1 and "failed: RuntimeError: graph break" in capsys.readouterr().out
+    assert not (tmp_path / "step.md").exists()
