@@ -16,7 +16,7 @@
 # results/step_compile.md measured it alone on the GPU); runs keep their settings hash across it, and each
 # manifest line says its mode. Unless it is off, the compiled encoder of every backbone of MODELS is first
 # checked against eager on the GPU (benchmarks/step_bench.py --check-only, CHECK_PROCESSES at a time,
-# default 6; OUT_DIR/compile_check.txt); if one differs or fails, the whole call trains eager instead.
+# default 6); the backbones whose check differs or fails train eager (headline run --eager-models).
 # SPLIT_WORKERS=N (default 0) also runs the split study (prism_rec/split_study.py) beside the grid on N
 # more workers through the same MPS server, for the same budget; it writes split_manifest.jsonl,
 # split_case_ranks.jsonl (the new lines only) and split_log.txt into OUT_DIR/split.
@@ -45,17 +45,20 @@ new_lines_only() {
     fi
 }
 compile_mode=${COMPILE:-off}
+eager_models=
 if [ "$compile_mode" != off ]; then
     checked_at=$SECONDS
-    python3 -c "from prism_rec.options import resolve_models; print(*resolve_models('${MODELS:-all}'))" \
-        | tr ' ' '\n' | xargs -P "${CHECK_PROCESSES:-6}" -I{} python3 benchmarks/step_bench.py --check-only \
-            --compile "$compile_mode" --check-compiled {} --out-dir "/tmp/compile_check/{}" > "$out/compile_check.txt" 2>&1
-    if [ $? -ne 0 ]; then
-        echo "compile $compile_mode: a compiled encoder differs from eager or failed (compile_check.txt); training eager"
-        compile_mode=off
-    fi
+    models=$(python3 -c "from prism_rec.options import resolve_models; print(*resolve_models('${MODELS:-all}'))")
+    echo "$models" | tr ' ' '\n' | xargs -P "${CHECK_PROCESSES:-6}" -I{} python3 benchmarks/step_bench.py \
+        --check-only --compile "$compile_mode" --check-compiled {} --out-dir "/tmp/compile_check/{}" \
+        > /tmp/compile_check.txt 2>&1
+    grep '^- ' /tmp/compile_check.txt
+    # every backbone without a passing line "- BACKBONE, compile MODE: relative gap ..." (pop trains nothing)
+    eager_models=$(python3 -c "import re, sys
+passed = set(re.findall(r'^- ([^,]+), compile [a-z]+: relative gap .*\)$', open('/tmp/compile_check.txt').read(), re.M))
+print(','.join(m for m in sys.argv[1:] if m not in passed and m != 'pop'))" $models)
     budget=$((budget - (SECONDS - checked_at)))
-    echo "compile check: $((SECONDS - checked_at)) s; grid compile mode $compile_mode, budget $budget s"
+    echo "compile check: $((SECONDS - checked_at)) s; grid compile mode $compile_mode${eager_models:+, eager: $eager_models}; budget $budget s"
 fi
 # runs still in flight at the budget are abandoned within seconds; the timeout guards the call's limit
 split_pid=
@@ -67,7 +70,7 @@ if [ "${SPLIT_WORKERS:-0}" -gt 0 ]; then
 fi
 timeout $((budget + 45)) python3 -m prism_rec.headline run --out "$out" --datasets "$datasets" \
     --models "${MODELS:-all}" --workers "$workers" --budget "$budget" --device "$device" \
-    --set compile="$compile_mode" > "$out/headline_log.txt" 2>&1
+    --set compile="$compile_mode" ${eager_models:+--eager-models "$eager_models"} > "$out/headline_log.txt" 2>&1
 status=$?
 if [ -n "$split_pid" ]; then
     wait "$split_pid" || status=1

@@ -121,27 +121,38 @@ def diverged_entry(job: HeadlineJob) -> dict:
 
 def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions: dict[str, int],
                      grid_hashes: set[str], jobs_per_device: float) -> tuple[dict[str, float], bool]:
-    """Expected wall seconds per job label: the mean of the same (dataset, model) in ``manifest`` among
-    runs with the grid's settings (``grid_hashes``: the settings hash of every cell, any seed), else
-    interactions x backbone parameters times the median seconds per such unit seen; and whether any time
-    was seen (if not, the figures only rank the jobs). A time seen while ``jobs_per_device`` of the entry
-    ran at once on its GPU counts in proportion to the concurrency planned now (runs share the GPU's time)."""
-    seen: dict[tuple[str, str], list[float]] = {}
+    """Expected wall seconds per job label, and whether any time was seen (if not, the figures only rank the
+    jobs). Seconds per epoch come from the same (dataset, model) in ``manifest`` among runs with the grid's
+    settings (``grid_hashes``: the settings hash of every cell, any seed), else interactions x backbone
+    parameters times the median seconds per epoch and unit seen; epochs from the runs of the same
+    (dataset, rate) (a lower rate trains for more epochs before its patience runs out), else of the dataset.
+    A time seen while ``jobs_per_device`` of the entry ran at once on its GPU counts in proportion to the
+    concurrency planned now (runs share the GPU's time)."""
+    per_epoch: dict[tuple[str, str], list[float]] = {}
+    epochs: dict[tuple[str, float], list[int]] = {}
     for entry in manifest:
         if entry["config_hash"] in grid_hashes and "wall_seconds" in entry:  # diverged runs have no time
             sharing = jobs_per_device / entry.get("jobs_per_device", jobs_per_device)
-            seen.setdefault((entry["dataset"], entry["model"]), []).append(entry["wall_seconds"] * sharing)
+            per_epoch.setdefault((entry["dataset"], entry["model"]), []).append(
+                entry["wall_seconds"] * sharing / entry["epochs_run"])
+            epochs.setdefault((entry["dataset"], entry["lr"]), []).append(entry["epochs_run"])
     parameters: dict[str, int] = {}
     for job in jobs:
         if job.model not in parameters:
             parameters[job.model] = backbone_parameters(job.model, job.config)
     scales = [statistics.fmean(seconds) / (interactions[d] * parameters[m])
-              for (d, m), seconds in seen.items() if d in interactions and parameters.get(m)]  # pop has none
+              for (d, m), seconds in per_epoch.items() if d in interactions and parameters.get(m)]  # pop has none
     scale = statistics.median(scales) if scales else 1.0
 
+    def expected_epochs(job: HeadlineJob) -> float:
+        same_rate = epochs.get((job.dataset, job.config.lr))
+        dataset = [n for (d, _), runs in epochs.items() if d == job.dataset for n in runs]
+        return statistics.median(same_rate or dataset or [1])
+
     def estimate(job: HeadlineJob) -> float:
-        seconds = seen.get((job.dataset, job.model))
-        return statistics.fmean(seconds) if seconds else scale * interactions[job.dataset] * parameters[job.model]
+        seconds = per_epoch.get((job.dataset, job.model))
+        per = statistics.fmean(seconds) if seconds else scale * interactions[job.dataset] * parameters[job.model]
+        return per * expected_epochs(job)
 
     return {job.label: estimate(job) for job in jobs}, bool(scales)
 
@@ -189,11 +200,13 @@ class GridPlan:
 
     ``jobs`` are the (dataset, model, seed, rate) runs the grid may need: pop once, and every seed of every
     other model at every rate (only seed 0 of a base and the runs at the chosen rate are ever queued;
-    listing them all lets their time estimates be made up front), ``hashes`` their settings hashes.
+    listing them all lets their time estimates be made up front), ``hashes`` their settings hashes;
+    ``eager_models`` train with compile off whatever ``overrides`` say (the compile mode is not part of a
+    run's identity, so their hashes stay the same).
     ``runnable(manifest)`` are the jobs whose rate is known and which ``manifest`` lacks."""
 
     def __init__(self, datasets: dict, models: list[str], seeds: list[int], grid: tuple[float, ...], device: str,
-                 overrides: dict, command: str):
+                 overrides: dict, command: str, eager_models: frozenset[str] = frozenset()):
         self.grid = grid
         self.jobs: dict[tuple[str, str, int, float], HeadlineJob] = {}
         for name, dataset in datasets.items():
@@ -201,7 +214,8 @@ class GridPlan:
                 rates = (UNTRAINED_RATE,) if model in tuning.UNTRAINED else grid
                 for seed in (seeds[:1] if model in tuning.UNTRAINED else seeds):
                     for lr in rates:
-                        config = training_config(name, model, seed, device, overrides, lr)
+                        eager = {"compile": "off"} if model in eager_models else {}
+                        config = training_config(name, model, seed, device, overrides | eager, lr)
                         self.jobs[(name, model, seed, lr)] = HeadlineJob(
                             name, model, config, run_hash(name, dataset.options, model, config), command)
         self.hashes = {job.run_hash for job in self.jobs.values()}
@@ -220,7 +234,8 @@ class GridPlan:
 
 def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_dir: Path, workers: int,
                  budget: float | None, device: str = "auto", overrides: dict | None = None,
-                 command: str = "", grid: tuple[float, ...] = tuning.LR_GRID) -> dict[str, int]:
+                 command: str = "", grid: tuple[float, ...] = tuning.LR_GRID,
+                 eager_models: frozenset[str] = frozenset()) -> dict[str, int]:
     """Train the grid's runs not yet in ``out_dir``'s manifest, adding each base's chosen-rate runs as its
     rate grid completes; returns counts per outcome."""
     if budget is not None and budget <= 0:
@@ -235,7 +250,7 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
     manifest = read_jsonl(manifest_path)
     loaded = {name: load_dataset(name) for name in datasets}  # prepares the caches the workers read
     interactions = {name: dataset.stats()["interactions"] for name, dataset in loaded.items()}
-    plan = GridPlan(loaded, models, seeds, grid, devices.job_device, overrides or {}, command)
+    plan = GridPlan(loaded, models, seeds, grid, devices.job_device, overrides or {}, command, eager_models)
     jobs = plan.runnable(manifest)
     queued = {job.label for job in jobs}
     counts = {"already in manifest": sum(e["config_hash"] in plan.hashes for e in manifest), "finished": 0,
@@ -338,6 +353,8 @@ def main(argv: list[str] | None = None) -> None:
                      help="comma-separated learning rates tried on seed 0 of every base backbone")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="change a training setting (for quick checks), e.g. --set epochs=1")
+    run.add_argument("--eager-models", default="",
+                     help="comma-separated backbones that train with compile off whatever --set compile says")
     imported = commands.add_parser("import", help="log run records into the MLflow store")
     imported.add_argument("source", type=Path, help="a folder holding *.records.jsonl files, or one such file")
     merged = commands.add_parser("merge", help="join manifests of calls run side by side into one")
@@ -359,7 +376,8 @@ def main(argv: list[str] | None = None) -> None:
                 raise ValueError(f"option --seeds: must be >= 1, got {args.seeds}")
             counts = run_headline(datasets, models, list(range(args.seeds)), args.out, args.workers,
                                   args.budget, args.device, parse_overrides(args.set), invocation,
-                                  tuning.parse_grid(args.lr_grid))
+                                  tuning.parse_grid(args.lr_grid),
+                                  frozenset(resolve_models(args.eager_models, "--eager-models") if args.eager_models else ()))
             if counts[FAILED]:
                 sys.exit(1)
         elif args.command == "merge":

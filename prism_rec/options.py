@@ -7,13 +7,14 @@ from . import registry
 from .errors import OptionError
 
 
-def resolve_models(text: str) -> list[str]:
-    """'all' -> every registered backbone; 'a,b' -> ['a', 'b'] when both are registered."""
+def resolve_models(text: str, option: str = "--models") -> list[str]:
+    """'all' -> every registered backbone; 'a,b' -> ['a', 'b'] when both are registered (else an error
+    naming ``option``)."""
     registered = registry.list_backbones()
     names = registered if text == "all" else [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in registered]
     if unknown or not names:
-        raise OptionError(f"option --models: unknown backbone(s) {unknown or text!r}; "
+        raise OptionError(f"option {option}: unknown backbone(s) {unknown or text!r}; "
                           f"registered: {', '.join(registered)}")
     return names
 

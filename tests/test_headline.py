@@ -178,15 +178,34 @@ def test_jobs_in_flight_at_the_deadline_are_abandoned():
     assert time.time() - started < 20
 
 
-def test_time_estimates_follow_the_planned_concurrency():
+def test_time_estimates_follow_the_planned_concurrency_and_the_epochs_of_the_rate():
+    """Seconds per epoch of the (dataset, model), scaled to the concurrency planned now, times the median
+    epochs of the dataset's runs at the job's rate (lower rates train longer), else of all its runs."""
     config = headline_protocol.training_config("ml-100k", "sasrec", 2, "cpu", {}, 1e-3)
     job = headline.HeadlineJob("ml-100k", "sasrec", config, "hash-s2", "")
+    slow_config = headline_protocol.training_config("ml-100k", "sasrec", 0, "cpu", {}, 3e-4)
+    slow = headline.HeadlineJob("ml-100k", "sasrec", slow_config, "hash-slow", "")
     seen = [{"dataset": "ml-100k", "model": "sasrec", "config_hash": f"hash-s{seed}", "wall_seconds": 140.0,
-             "jobs_per_device": 14.0} for seed in (0, 1)]
-    expected, timed = headline.estimate_seconds([job], seen, {"ml-100k": 1000}, {"hash-s0", "hash-s1", "hash-s2"}, 7.0)
-    assert timed and expected[job.label] == pytest.approx(70.0)
+             "epochs_run": 20, "lr": 1e-3, "jobs_per_device": 14.0} for seed in (0, 1)]
+    seen.append({**seen[0], "model": "prism", "config_hash": "hash-prism", "epochs_run": 50, "lr": 3e-4})
+    hashes = {"hash-s0", "hash-s1", "hash-s2", "hash-prism", "hash-slow"}
+    expected, timed = headline.estimate_seconds([job, slow], seen, {"ml-100k": 1000}, hashes, 7.0)
+    assert timed and expected[job.label] == pytest.approx(70.0)  # 3.5 s per epoch x 20 epochs
+    assert expected[slow.label] == pytest.approx(3.5 * 50)  # prism's 50 epochs at 3e-4
+    seen.pop()
+    assert headline.estimate_seconds([slow], seen, {"ml-100k": 1000}, hashes, 7.0)[0][slow.label] == pytest.approx(70.0)
     other_settings = [{**entry, "config_hash": "elsewhere"} for entry in seen]
     assert not headline.estimate_seconds([job], other_settings, {"ml-100k": 1000}, {"hash-s2"}, 7.0)[1]
+
+
+def test_eager_models_train_with_compile_off_under_the_same_hashes():
+    dataset = SimpleNamespace(options={})
+    plain = headline.GridPlan({"ml-100k": dataset}, ["sasrec", "prism"], [0], (1e-3,), "cpu", {"compile": "graphs"}, "")
+    eager = headline.GridPlan({"ml-100k": dataset}, ["sasrec", "prism"], [0], (1e-3,), "cpu", {"compile": "graphs"}, "",
+                              frozenset({"prism"}))
+    assert {key: job.config.compile for key, job in eager.jobs.items()} == {
+        ("ml-100k", "sasrec", 0, 1e-3): "graphs", ("ml-100k", "prism", 0, 1e-3): "off"}
+    assert eager.hashes == plain.hashes
 
 
 def _job(model: str, seed: int) -> "headline.HeadlineJob":

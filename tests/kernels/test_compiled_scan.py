@@ -17,13 +17,14 @@ TRITON = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="
 @pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=TRITON), pytest.param("chunk_parallel", marks=TRITON)])
 @pytest.mark.parametrize("with_beta, L", [(True, 2), (False, 0)])
 def test_scan_op_under_compile_matches_eager(backend, with_beta, L):
-    inputs = make_inputs(1, 20, 2, 16, 16, L, with_beta, with_initial_state=False)
+    device = "cuda" if backend != "torch" and torch.cuda.is_available() else "cpu"  # else Triton's interpreter
+    inputs = make_inputs(1, 20, 2, 16, 16, L, with_beta, with_initial_state=False, device=device)
     del inputs["initial_state"]
     names = [name for name, x in inputs.items() if x is not None]
 
     def output_and_grads(scan):
         o = scan(**inputs, backend=backend)
-        weights = torch.linspace(-1, 1, o.numel()).view(o.shape)
+        weights = torch.linspace(-1, 1, o.numel(), device=o.device).view(o.shape)
         return o, torch.autograd.grad((o * weights).sum(), [inputs[n] for n in names])
 
     o_eager, grads_eager = output_and_grads(delta_scan)
