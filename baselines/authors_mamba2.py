@@ -95,7 +95,7 @@ class AuthorsMamba2Block(nn.Module):
 
     def ssm(self, n: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """The SISO SSM branch: y [B, T, H] (real [B, T, 1, 1] zeroes the padded steps' input and step size)."""
-        dt = F.softplus(self.heads(self.dt_proj(n)).float()) * real  # [B, T, H, N]
+        dt = self.heads(F.softplus(self.dt_proj(n).float())) * real  # [B, T, H, N]
         B = self.heads(self.B_proj(n)) + self.B_bias
         C = self.heads(self.C_proj(n)) + self.C_bias
         xi = self.heads(self.x_proj(n))  # [B, T, H, 1]
