@@ -104,7 +104,7 @@ def test_rates_are_tuned_on_seed_0_then_the_seeds_and_presets_follow(tmp_path, f
                                      "ml-100k/sasrec/lr0.003/s2"]
 
 
-def test_a_preset_needs_its_base_and_the_grid_is_checked(tmp_path, fake_training):
+def test_a_preset_needs_its_base_and_the_grid_is_checked(tmp_path, fake_training, capsys):
     with pytest.raises(ValueError, match="option --models: prism-L1 take the learning rate chosen for prism"):
         headline.run_headline(["ml-100k"], ["prism-L1"], [0], tmp_path, 1, None)
     with pytest.raises(ValueError, match="option --lr-grid: the learning-rate grid is empty"):
@@ -113,6 +113,9 @@ def test_a_preset_needs_its_base_and_the_grid_is_checked(tmp_path, fake_training
         headline.tuning.parse_grid("1e-3,x")
     with pytest.raises(ValueError, match="option --lr-grid: -0.001 is not a positive"):
         headline.tuning.parse_grid("-1e-3")
+    with pytest.raises(SystemExit) as exit_:
+        headline.main(["run", "--out", str(tmp_path), "--models", "sasrec", "--eager-models", "sasrec,mamba3"])
+    assert exit_.value.code == 2 and "option --eager-models: unknown backbone(s) ['mamba3']" in capsys.readouterr().err
     assert not fake_training
 
 
