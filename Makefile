@@ -64,7 +64,7 @@ test-ui: install
 tables: install
 	$(BIN)/prism-rec tables
 
-# Log JSON run records made where MLflow is absent (the GPU grid of prism_rec.headline) into the store.
+# Log JSON run records made where MLflow is absent (the GPU grid of prism-rec headline) into the store.
 import-runs: install
 	$(BIN)/prism-rec import-runs $(DIR)
 

@@ -50,7 +50,7 @@ Where this preset departs from the authors' code:
 Initialisation: the authors apply none of their own to this model (no fla ``_init_weights``: the layer is
 used bare): PyTorch defaults for Linear and Conv1d, RMSNorm weight 1.
 
-``init_policy = "torch"`` (prism_rec/init.py): PyTorch's defaults, norms 1/0; the item table, which the
+``init_policy = "torch"`` (prism_rec/models/init.py): PyTorch's defaults, norms 1/0; the item table, which the
 authors' link-prediction model does not have (it scores pairs with an MLP; its ID embedding is
 nn.Embedding's N(0, 1)), U(+-1/sqrt(d)), the default of an untied Linear head.
 """
@@ -64,7 +64,7 @@ from torch import nn
 from prism_rec.baselines.gated_deltanet import GatedDeltaNetLayer
 from prism_rec.baselines.sasrec import causal_padding_mask
 from prism_rec.baselines.transformer_pp import apply_rotary, rotary_angles
-from prism_rec.nn import positions_from_first_item
+from prism_rec.models.nn import positions_from_first_item
 from prism_rec.registry import register_backbone
 
 

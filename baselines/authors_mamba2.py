@@ -44,7 +44,7 @@ Where this preset departs from the authors' code:
 Initialisation: the authors apply none of their own (PyTorch defaults for Linear and LayerNorm,
 A_log ~ N(0, 1), the B and C biases at zero).
 
-``init_policy = "torch"`` (prism_rec/init.py): PyTorch's defaults, norms 1/0; the item table, which the
+``init_policy = "torch"`` (prism_rec/models/init.py): PyTorch's defaults, norms 1/0; the item table, which the
 authors' link-prediction model does not have (it scores pairs with an MLP; its ID embedding is
 nn.Embedding's N(0, 1)), U(+-1/sqrt(d)), the default of an untied Linear head.
 """

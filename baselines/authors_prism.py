@@ -79,7 +79,7 @@ Where this preset departs from the authors' code:
 Initialisation: the authors apply no initialisation of their own to this model (PyTorch defaults for
 Linear, Conv1d, LayerNorm; the two logits start at -2).
 
-``init_policy = "torch"`` (prism_rec/init.py): PyTorch's defaults, norms 1/0; the item table, which the
+``init_policy = "torch"`` (prism_rec/models/init.py): PyTorch's defaults, norms 1/0; the item table, which the
 authors' link-prediction model does not have (it scores pairs with an MLP; its ID embedding is
 nn.Embedding's N(0, 1)), U(+-1/sqrt(d)), the default of an untied Linear head.
 """
@@ -93,7 +93,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from prism_rec.baselines.transformer_pp import apply_rotary, rotary_angles
-from prism_rec.nn import ShortConv, positions_from_first_item
+from prism_rec.models.nn import ShortConv, positions_from_first_item
 from prism_rec.registry import register_backbone
 
 INJECTIONS = ("dropped", "state")

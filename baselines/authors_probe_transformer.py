@@ -45,8 +45,8 @@ from torch import nn
 
 from prism_rec.baselines.sasrec import causal_padding_mask
 from prism_rec.baselines.transformer_pp import rotary_angles
-from prism_rec.init import apply_init
-from prism_rec.nn import ShortConv, positions_from_first_item
+from prism_rec.models.init import apply_init
+from prism_rec.models.nn import ShortConv, positions_from_first_item
 
 
 def rotate_half_rotary(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:

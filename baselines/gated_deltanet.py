@@ -12,14 +12,14 @@ Per layer, with H heads of key width K and value width V:
 Projections have no bias, so a zeroed (padded) input gives k = v = 0 and leaves the state untouched.
 Blocks are ``PreNormStack`` (pre-norm, residual, SwiGLU feed-forward).
 
-Initialisation (``init_policy = "fla"``, ``prism_rec.init``), as fla's ``GatedDeltaNetPreTrainedModel.
+Initialisation (``init_policy = "fla"``, ``prism_rec.models.init``), as fla's ``GatedDeltaNetPreTrainedModel.
 _init_weights`` (fla/models/gated_deltanet/modeling_gated_deltanet.py) with the layer of
 fla/layers/gated_deltanet.py: every Linear and the short-conv weights ~ N(0, 0.02), norms at 1; A ~ U[0, 16],
 A_log = log A; dt log-uniform in [1e-3, 0.1] (floor 1e-4), dt_bias = softplus^-1(dt); A_log and dt_bias
 flagged ``_no_weight_decay``. No residual rescaling: fla's ``prenorm_residual_strategy`` defaults to None.
 
 The layer exposes its pieces (``query``, ``key``, ``value``, ``gate``, ``erase_strength``, ``scan_inputs``,
-``readout``) so that PRISM (``prism_rec.prism``) extends it instead of copying it.
+``readout``) so that PRISM (``prism_rec.models.prism``) extends it instead of copying it.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prism_rec.init import apply_init
+from prism_rec.models.init import apply_init
 from prism_rec.kernels.compiled_scan import delta_scan
-from prism_rec.nn import GatedRMSNorm, PreNormStack, ShortConv, l2norm, ssd_gate_init
+from prism_rec.models.nn import GatedRMSNorm, PreNormStack, ShortConv, l2norm, ssd_gate_init
 from prism_rec.registry import register_backbone
 
 

@@ -29,7 +29,7 @@ reference builds its position bias in generative_recommenders/research/modeling/
 same way on the GPU (generative_recommenders/ops/triton/triton_hstu_attention.py); this path is plain
 PyTorch.
 
-Initialisation (``init_policy = "hstu"``, ``prism_rec.init``), as generative-recommenders
+Initialisation (``init_policy = "hstu"``, ``prism_rec.models.init``), as generative-recommenders
 (generative_recommenders/research/modeling/sequential/hstu.py, embedding_modules.py): each layer draws its
 own weights, f1 (``uvqk``) ~ N(0, 0.02), f2's weight xavier-uniform with PyTorch's default bias
 U(+-1/sqrt(fan_in)) (the reference does not zero it), rab ~ N(0, 0.02); the item table (the recommender's)
@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from prism_rec.init import apply_init
+from prism_rec.models.init import apply_init
 from prism_rec.registry import register_backbone
 
 

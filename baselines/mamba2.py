@@ -19,7 +19,7 @@ Blocks follow the official Mamba-2 language model: u = u + Mixer(RMSNorm(u)) wit
 ``mlp=True`` each block also gets a SwiGLU feed-forward (the official ``d_intermediate > 0`` option),
 through ``PreNormStack``. Padded positions are zeroed after every block.
 
-Initialisation (``init_policy = "fla"``, ``prism_rec.init``), as fla's ``Mamba2PreTrainedModel._init_weights``
+Initialisation (``init_policy = "fla"``, ``prism_rec.models.init``), as fla's ``Mamba2PreTrainedModel._init_weights``
 (fla/models/mamba2/modeling_mamba2.py, config defaults of configuration_mamba2.py): every Linear and the
 conv weight ~ N(0, 0.02) (``conv_init`` is None), biases (the conv's) 0, norms at 1; A ~ U[1, 16],
 A_log = log A; dt log-uniform in [1e-3, 0.1] (floor 1e-4), dt_bias = softplus^-1(dt); D = 1; A_log, dt_bias
@@ -34,9 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prism_rec.init import apply_init
+from prism_rec.models.init import apply_init
 from prism_rec.kernels.compiled_scan import delta_scan
-from prism_rec.nn import PreNormStack, RMSNorm, ShortConv, ssd_gate_init
+from prism_rec.models.nn import PreNormStack, RMSNorm, ShortConv, ssd_gate_init
 from prism_rec.registry import register_backbone
 
 

@@ -2,8 +2,8 @@
 
 Not a sequence model: the floor every trained backbone must clear. Registered as a backbone so that
 ``--models pop`` and ``all`` put it in every table; ``SequentialRecommender`` is not built around it:
-``prism_rec.train.build_model`` sees ``ranks_by_popularity`` and returns a
-:class:`prism_rec.popularity.PopularityRecommender` of the dataset's training counts, which ``fit`` evaluates
+``prism_rec.training.trainer.build_model`` sees ``ranks_by_popularity`` and returns a
+:class:`prism_rec.models.popularity.PopularityRecommender` of the dataset's training counts, which ``fit`` evaluates
 without training (no parameters, no epochs). Ties (items with equal counts) count 1/2 in the AUC, as for
 any model. As a token mixer on its own it is the identity, so it keeps the backbone contract trivially.
 """

@@ -5,7 +5,7 @@ x = LayerNorm(x); x = x + FFN(x) with a point-wise two-layer ReLU network; padde
 after every block. Learned absolute positions and the item embedding scaled by sqrt(d) are added by the
 shared recommender (``wants_positions``); the final LayerNorm is the recommender's.
 
-Initialisation (``init_policy = "recbole"``, ``prism_rec.init``), as RecBole's ``SASRec._init_weights``
+Initialisation (``init_policy = "recbole"``, ``prism_rec.models.init``), as RecBole's ``SASRec._init_weights``
 (recbole/model/sequential_recommender/sasrec.py): every Linear weight ~ N(0, 0.02) with zero biases,
 LayerNorms at weight 1, bias 0; the item table and positions (the recommender's) ~ N(0, 0.02).
 """
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prism_rec.init import apply_init
+from prism_rec.models.init import apply_init
 from prism_rec.registry import register_backbone
 
 

@@ -28,7 +28,7 @@ with a SwiGLU MLP. The MAC and MAG variants are not implemented.
 As in ``baselines/ttt.py``, chunks start at each sequence's first real item (``align_to_chunks``), so
 outputs do not depend on the amount of left padding.
 
-Initialisation (``init_policy = "titans"``, ``prism_rec.init``), as lucidrains/titans-pytorch (the public code;
+Initialisation (``init_policy = "titans"``, ``prism_rec.models.init``), as lucidrains/titans-pytorch (the public code;
 the authors published none): titans_pytorch/neural_memory.py, memory_models.py and mac_transformer.py set
 no global rule, so every Linear (projections, gates, attention, MLP) and the short convolutions keep
 PyTorch's default (kaiming-uniform weights, biases U(+-1/sqrt(fan_in))); the gate biases are not offset
@@ -43,8 +43,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from prism_rec.baselines.ttt import align_to_chunks, gelu_tanh_grad, restore_alignment
-from prism_rec.init import apply_init
-from prism_rec.nn import GatedRMSNorm, PreNormStack, ShortConv, l2norm
+from prism_rec.models.init import apply_init
+from prism_rec.models.nn import GatedRMSNorm, PreNormStack, ShortConv, l2norm
 from prism_rec.registry import register_backbone
 
 

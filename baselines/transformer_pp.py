@@ -8,7 +8,7 @@ counted from the first real item, so extra left-padding does not move them. Padd
 and a padded query attends only to itself. The SwiGLU hidden width is 4 d: LLaMA's 8/3 d rounded up to a
 multiple of 256, as fla's Transformer++ does, is 4 d at d = 64.
 
-Initialisation (``init_policy = "fla"``, ``prism_rec.init``), as fla's ``TransformerPreTrainedModel.
+Initialisation (``init_policy = "fla"``, ``prism_rec.models.init``), as fla's ``TransformerPreTrainedModel.
 _init_weights`` (fla/models/transformer/modeling_transformer.py): every Linear ~ N(0, 0.02), norms at 1; no
 residual rescaling (``rescale_prenorm_residual`` defaults to False there).
 """
@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from prism_rec.baselines.sasrec import causal_padding_mask
-from prism_rec.init import apply_init
-from prism_rec.nn import PreNormStack, positions_from_first_item
+from prism_rec.models.init import apply_init
+from prism_rec.models.nn import PreNormStack, positions_from_first_item
 from prism_rec.registry import register_backbone
 
 

@@ -37,7 +37,7 @@ that its number of padding positions is a multiple of the mini-batch size (``ali
 and moves the rows back. Outputs therefore depend on neither the amount of left padding nor the
 other rows of the batch, and no ``padding_granularity`` is needed.
 
-Initialisation (``init_policy = "ttt"``, ``prism_rec.init``), as ttt-lm-pytorch (ttt.py,
+Initialisation (``init_policy = "ttt"``, ``prism_rec.models.init``), as ttt-lm-pytorch (ttt.py,
 ``TTTPreTrainedModel._init_weights`` and ``TTTBase``/``TTTLinear``/``TTTMLP``): every Linear (theta_Q, theta_K,
 theta_V, W_lr, the gate, o_proj, the SwiGLU MLP) ~ N(0, 0.02) with zero biases; the inner model's initial
 weights ~ N(0, 0.02) and biases 0; the TTT LayerNorm at 1/0 (flagged ``_no_weight_decay`` as a norm); the
@@ -52,8 +52,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prism_rec.init import apply_init
-from prism_rec.nn import PreNormStack
+from prism_rec.models.init import apply_init
+from prism_rec.models.nn import PreNormStack
 from prism_rec.registry import register_backbone
 
 

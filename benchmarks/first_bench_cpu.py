@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from prism_rec import train
+from prism_rec.training import trainer
 from prism_rec.data.sources import load_dataset
 from prism_rec.registry import get_dataset
 
@@ -27,17 +27,17 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--compile", default="off")
-    parser.add_argument("--epochs", type=int, default=train.TrainConfig.epochs)
-    parser.add_argument("--patience", type=int, default=train.TrainConfig.patience)
-    parser.add_argument("--lr", type=float, default=train.TrainConfig.lr)
-    parser.add_argument("--batch-size", type=int, default=train.TrainConfig.batch_size)
+    parser.add_argument("--epochs", type=int, default=trainer.TrainConfig.epochs)
+    parser.add_argument("--patience", type=int, default=trainer.TrainConfig.patience)
+    parser.add_argument("--lr", type=float, default=trainer.TrainConfig.lr)
+    parser.add_argument("--batch-size", type=int, default=trainer.TrainConfig.batch_size)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dataset = load_dataset("ml-100k")
-    config = train.TrainConfig(max_len=get_dataset("ml-100k").max_len, epochs=args.epochs, patience=args.patience,
+    config = trainer.TrainConfig(max_len=get_dataset("ml-100k").max_len, epochs=args.epochs, patience=args.patience,
                                lr=args.lr, batch_size=args.batch_size, device="cpu", progress=False,
                                compile=args.compile)
-    evaluate, clock = train.evaluate, {"start": time.perf_counter(), "test_seconds": 0.0}
+    evaluate, clock = trainer.evaluate, {"start": time.perf_counter(), "test_seconds": 0.0}
 
     def evaluate_test_too(model, dataset, cases, *rest, **options):
         metrics = evaluate(model, dataset, cases, *rest, **options)
@@ -58,8 +58,8 @@ def main() -> None:
         with open(args.out, "a") as handle:
             handle.write(json.dumps(line) + "\n")
 
-    train.evaluate = evaluate_test_too
-    result = train.fit(dataset, args.model, config, on_epoch=record)
+    trainer.evaluate = evaluate_test_too
+    result = trainer.fit(dataset, args.model, config, on_epoch=record)
     with open(args.out, "a") as handle:
         handle.write(json.dumps({"model": args.model, "threads": args.threads, "compile": args.compile,
                                  "best_epoch": result["best_epoch"], "test_auc": result["test"]["auc"],

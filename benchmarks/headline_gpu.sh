@@ -17,7 +17,7 @@
 # manifest line says its mode. Unless it is off, the compiled encoder of every backbone of MODELS is first
 # checked against eager on the GPU (benchmarks/step_bench.py --check-only, CHECK_PROCESSES at a time,
 # default 6); the backbones whose check differs or fails train eager (headline run --eager-models).
-# SPLIT_WORKERS=N (default 0) also runs the split study (prism_rec/split_study.py) beside the grid on N
+# SPLIT_WORKERS=N (default 0) also runs the split study (prism_rec/experiments/split_study.py) beside the grid on N
 # more workers through the same MPS server, for the same budget; it writes split_manifest.jsonl,
 # split_case_ranks.jsonl (the new lines only) and split_log.txt into OUT_DIR/split.
 set -uo pipefail
@@ -64,11 +64,11 @@ fi
 split_pid=
 if [ "${SPLIT_WORKERS:-0}" -gt 0 ]; then
     mkdir -p "$out/split"
-    timeout $((budget + 45)) python3 -m prism_rec.split_study run --out "$out/split" --workers "$SPLIT_WORKERS" \
+    timeout $((budget + 45)) python3 -m prism_rec.cli split-study run --out "$out/split" --workers "$SPLIT_WORKERS" \
         --budget "$budget" --device "$device" > "$out/split/split_log.txt" 2>&1 &
     split_pid=$!
 fi
-timeout $((budget + 45)) python3 -m prism_rec.headline run --out "$out" --datasets "$datasets" \
+timeout $((budget + 45)) python3 -m prism_rec.cli headline run --out "$out" --datasets "$datasets" \
     --models "${MODELS:-all}" --workers "$workers" --budget "$budget" --device "$device" \
     --set compile="$compile_mode" ${eager_models:+--eager-models "$eager_models"} > "$out/headline_log.txt" 2>&1
 status=$?

@@ -27,7 +27,7 @@
 # probes.md (the v2 report from the manifest), probes_check.txt and probes_log.txt. Afterwards, here:
 #   mkdir -p .probes_runs && cp FILES_AT/probes_manifest.jsonl FILES_AT/probes_checkpoints.pt .probes_runs/
 #   cp FILES_AT/probes_manifest.jsonl FILES_AT/probes.md results/      # commit these two
-#   .venv/bin/python -m prism_rec.probes --grid --out results --log-manifest   # into MLflow
+#   .venv/bin/prism-rec probe --grid --out results --log-manifest   # into MLflow
 set -uo pipefail
 out=${1:?usage: benchmarks/probes_gpu.sh OUT_DIR [PREVIOUS_DIR]}
 previous=${2:-.probes_runs}
@@ -49,14 +49,14 @@ compile=${COMPILE:-graphs}
 status=0
 if [ "$compile" != off ]; then
     check_seconds=${CHECK_SECONDS:-$(if [ "$compile" = graphs ]; then echo 150; else echo 300; fi)}
-    timeout "$check_seconds" python3 -m prism_rec.probes --grid --device "${device%%,*}" --compile "$compile" --check-compile \
+    timeout "$check_seconds" python3 -m prism_rec.cli probe --grid --device "${device%%,*}" --compile "$compile" --check-compile \
         > "$out/probes_check.txt" 2>&1
     status=$?
     tail -n 12 "$out/probes_check.txt"
 fi
 budget=${BUDGET:-$((${CALL_SECONDS:-525} - SECONDS))}
 if [ $status = 0 ]; then
-    timeout $((budget + 30)) python3 -m prism_rec.probes --grid --device "$device" --workers "$workers" \
+    timeout $((budget + 30)) python3 -m prism_rec.cli probe --grid --device "$device" --workers "$workers" \
         --compile "$compile" --time-budget "$budget" --checkpoint-limit "${CHECKPOINT_MIB:-15}" --out "$out" \
         --no-mlflow > "$out/probes_log.txt" 2>&1
     status=$?

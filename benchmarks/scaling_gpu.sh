@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Data-parallel scaling on a machine with >= 2 GPUs: `make bench` with NPROC=2 and NPROC=1 on the same
-# benchmark, then results/scaling.md-style report (prism_rec/scaling.py) from the MLflow store.
+# benchmark, then results/scaling.md-style report (prism_rec/experiments/scaling.py) from the MLflow store.
 #
 #   benchmarks/scaling_gpu.sh OUT_DIR [PREVIOUS_DIR]
 #
@@ -24,4 +24,4 @@ for nproc in ${NPROCS:-2 1}; do
     make bench VENV="$venv" STAMP="$stamp" NPROC="$nproc" DATASET="$dataset" MODELS="${MODELS:-prism,sasrec}" \
         EPOCHS="${EPOCHS:-10}" ARGS="--dropout 0 --precision ${PRECISION:-bf16} --no-progress --results-dir $out/results"
 done
-python3 -m prism_rec.scaling --dataset "$dataset" --out "$out/scaling.md"
+python3 -m prism_rec.cli scaling --dataset "$dataset" --out "$out/scaling.md"

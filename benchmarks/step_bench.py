@@ -4,17 +4,17 @@
                                     [--datasets all|a,b] [--time-budget SECONDS]
 
 One step = forward, backward, AdamW step (bf16 autocast on CUDA, fp32 on CPU), built as
-prism_rec/train.py builds it (build_model, TrainConfig, NextItemObjective; the full-softmax branch
-goes through prism_rec.losses.full_softmax_loss_sum with the path named by --loss-path). Step table:
+prism_rec/training/trainer.py builds it (build_model, TrainConfig, NextItemObjective; the full-softmax branch
+goes through prism_rec.training.losses.full_softmax_loss_sum with the path named by --loss-path). Step table:
 random full windows of --batch-size x T for T in --lengths over --items items (d_model 64, 2 layers, 2
 heads), the median wall time of --steps steps after --warmup (synchronised per step) and the peak
-memory, for every loss path and every step mode of --compile (prism_rec/compile.py: off = eager,
+memory, for every loss path and every step mode of --compile (prism_rec/training/compile.py: off = eager,
 inductor, cudagraphs); Books scale: --books-models at --books-items items, T 200; a torch.profiler
 breakdown of each backbone and step mode at the first length (wall and device ms per step, kernel
 launches, top operators by device time). Solo throughput (--datasets): per dataset, backbone and
 --solo-compile mode, real training windows (batch --batch-size, the dataset's window), tokens/s over
 --solo-steps steps after --solo-warmup (fewer, at least 2, where they would take more than
---cell-seconds), counting the real target positions as train.py does; from them, the speed-up of the
+--cell-seconds), counting the real target positions as trainer.py does; from them, the speed-up of the
 compiled step per dataset (sum of the backbones' eager step times over the compiled ones). On CUDA the
 script first checks the fused loss against the chunked one (loss and gradients) and stops if they differ.
 
@@ -51,12 +51,14 @@ from prism_rec.data.batching import training_windows
 from prism_rec.data.core import MissingDataError
 from prism_rec.data.sources import load_dataset
 from prism_rec.files import write_atomically
-from prism_rec.losses import full_softmax_loss_sum, resolve_path
+from prism_rec.training.losses import full_softmax_loss_sum, resolve_path
 from prism_rec.registry import backbone_entry, get_dataset, list_backbones
-from prism_rec.tracking import machine_description, triton_version
-from prism_rec.compile import gaps_to_eager, optimizer_options, resolve_compile, training_encoder
-from prism_rec.model import SequentialRecommender
-from prism_rec.train import NextItemObjective, TrainConfig, build_model, resolve_device, set_seed
+from prism_rec.tracking.store import machine_description, triton_version
+from prism_rec.training.compile import gaps_to_eager, optimizer_options, resolve_compile, training_encoder
+from prism_rec.models.recommender import SequentialRecommender
+from prism_rec.training.trainer import NextItemObjective, build_model, set_seed
+from prism_rec.training.devices import resolve_device
+from prism_rec.training.config import TrainConfig
 
 HEADLINE_DATASETS = ("ml-100k", "yelp-iclrec", "electronics-gerec", "books-dealrec", "movies-long", "movies-fedcsr")
 SOLO_COLUMNS = ("dataset", "model", "tokens_per_s", "step_ms", "batch_size", "max_len", "n_items", "dtype", "machine",
@@ -82,7 +84,7 @@ class BenchObjective(NextItemObjective):
 
 
 class Trainer:
-    """One backbone's model, optimizer and step, as in prism_rec.train's loop."""
+    """One backbone's model, optimizer and step, as in prism_rec.training.trainer's loop."""
 
     def __init__(self, n_items: int, backbone: str, max_len: int, args, device: torch.device, loss_path: str,
                  compile_mode: str = "off"):
@@ -554,11 +556,11 @@ def main(argv: list[str] | None = None) -> None:
     header = [f"# Training step: {machine}", "",
               f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; triton "
               f"{triton_version()}; {dtype_label(device)}; command `{command}`.",
-              f"One step = forward, backward, AdamW (prism_rec.train's model and objective, full softmax through "
-              f"prism_rec.losses), batch {args.batch_size}, d_model {args.d_model}, {args.n_layers} layers, "
+              f"One step = forward, backward, AdamW (prism_rec.training.trainer's model and objective, full softmax through "
+              f"prism_rec.training.losses), batch {args.batch_size}, d_model {args.d_model}, {args.n_layers} layers, "
               f"{args.n_heads} heads, random full windows; median wall time of up to {args.steps} steps after "
               f"{args.warmup} warm-up steps, synchronised per step; peak = torch.cuda.max_memory_allocated. "
-              f"Compile modes (prism_rec/compile.py): off = eager; inductor = the encoder through torch.compile; "
+              f"Compile modes (prism_rec/training/compile.py): off = eager; inductor = the encoder through torch.compile; "
               f"cudagraphs = the same replayed as CUDA graphs; compiled steps use fused AdamW on CUDA. The warm-up "
               f"steps include the compilation, which the timed steps do not."]
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ For each backbone it trains ``--warmup`` steps, then profiles ``--steps`` steps 
 (d_model 64, 2 layers, batch 256, the dataset's window) and reports the wall time per step, the device
 time per step (CUDA kernels; on CPU the operators' self time), the number of kernel launches per step and
 the operators that take the most device time. Wall time far above device time means the step is bound by
-launches and Python, not by the GPU. ``--compile`` profiles the compiled step of prism_rec/compile.py
+launches and Python, not by the GPU. ``--compile`` profiles the compiled step of prism_rec/training/compile.py
 (off, inductor, cudagraphs, graphs, auto). The markdown table goes to stdout and, with ``--out``, to a file.
 """
 
@@ -21,13 +21,14 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from prism_rec.compile import optimizer_options, resolve_compile, training_encoder
+from prism_rec.training.compile import optimizer_options, resolve_compile, training_encoder
 from prism_rec.data.batching import training_windows
 from prism_rec.data.sources import load_dataset
 from prism_rec.files import write_atomically
-from prism_rec.headline_protocol import training_config
-from prism_rec.tracking import machine_description
-from prism_rec.train import NextItemObjective, build_model, resolve_device, set_seed
+from prism_rec.experiments.headline.protocol import training_config
+from prism_rec.tracking.store import machine_description
+from prism_rec.training.trainer import NextItemObjective, build_model, set_seed
+from prism_rec.training.devices import resolve_device
 
 TOP_OPERATORS = 6
 
@@ -89,7 +90,7 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--compile", default="off", help="step mode (prism_rec/compile.py)")
+    parser.add_argument("--compile", default="off", help="step mode (prism_rec/training/compile.py)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     device = resolve_device(args.device)

@@ -1,17 +1,19 @@
-"""The ``prism-rec`` command line: list, bench, tables, import-runs, ui, data, probe, throughput."""
+"""The ``prism-rec`` command line: list, bench, tables, import-runs, ui, data, probe, throughput, headline,
+split-study, scaling."""
 
 from __future__ import annotations
 
 import argparse
 import ast
 import os
+import shlex
 import sys
 from pathlib import Path
 
 from . import registry
 from .errors import BenchFailures, OptionError
 from .options import parse_seeds, resolve_models
-from .train import PRECISIONS, TrainConfig
+from .training.config import PRECISIONS, TrainConfig
 
 
 def parse_option(text: str) -> tuple[str, object]:
@@ -43,7 +45,7 @@ def command_list(args) -> None:
 def command_bench(args) -> None:
     import torch
 
-    from .runner import bench, cpu_threads
+    from .experiments.bench import bench, cpu_threads
 
     torch.set_num_threads(cpu_threads(args.threads))
     models = resolve_models(args.models)
@@ -66,21 +68,21 @@ def command_bench(args) -> None:
 
 
 def command_tables(args) -> None:
-    from .tables import write_all_tables
+    from .tracking.tables import write_all_tables
 
     for path in write_all_tables(args.results_dir):
         print(f"wrote {path}")
 
 
 def command_import_runs(args) -> None:
-    from .records import import_records
+    from .tracking.records import import_records
 
-    counts = import_records(Path(args.source), "prism-rec " + " ".join(sys.argv[1:]))
+    counts = import_records(Path(args.source), args.invocation)
     print(f"{counts['imported']} run(s) imported, {counts['already there']} already in the store")
 
 
 def command_ui(args) -> None:
-    from .tracking import tracking_uri, ui_links
+    from .tracking.store import tracking_uri, ui_links
 
     url = f"http://{args.host}:{args.port}"
     print(f"MLflow UI over {tracking_uri()} at {url} (Ctrl-C to stop)")
@@ -97,11 +99,12 @@ def command_ui(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .checkpoint import CHECKPOINT_DIR
+    from .training.checkpoint import CHECKPOINT_DIR
     from .data import commands as data_commands
-    from . import throughput
-    from .probes import cli as probe_commands
-    from .tables import LOCAL_RESULTS_DIR
+    from .experiments import scaling, split_study, throughput
+    from .experiments.headline import driver as headline
+    from .experiments.probes import cli as probe_commands
+    from .tracking.tables import LOCAL_RESULTS_DIR
 
     parser = argparse.ArgumentParser(prog="prism-rec", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -169,13 +172,18 @@ def build_parser() -> argparse.ArgumentParser:
     data_commands.add_parser(commands)
     probe_commands.add_parser(commands)
     throughput.add_parser(commands)
+    headline.add_parser(commands)
+    split_study.add_parser(commands)
+    scaling.add_parser(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run a command; a bad bench option ends it with one line and exit status 2, an interruption with
     status 130, crashed trainings and other errors with status 1."""
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    args.invocation = shlex.join(["prism-rec", *argv])  # the command as run, recorded by the runs it trains
     try:
         args.func(args)
     except KeyboardInterrupt:

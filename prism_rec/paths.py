@@ -5,4 +5,4 @@ from __future__ import annotations
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-RESULTS_DIR = PROJECT_ROOT / "results"  # the published tables (headline_report.py)
+RESULTS_DIR = PROJECT_ROOT / "results"  # the published tables (headline/report.py)

@@ -66,7 +66,7 @@ def _discover() -> None:
     for module in pkgutil.iter_modules(baselines.__path__):
         if not module.name.startswith("_"):
             importlib.import_module(f"prism_rec.baselines.{module.name}")
-    for name in ("prism_rec.prism", "prism_rec.data.sources"):
+    for name in ("prism_rec.models.prism", "prism_rec.data.sources"):
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as error:

@@ -6,10 +6,11 @@ import mlflow
 import pytest
 import torch
 
-from prism_rec.case_ranks import decode
+from prism_rec.tracking.case_ranks import decode
 from prism_rec.cli import main
 from prism_rec.data.sources import load_dataset
-from prism_rec.train import TrainConfig, fit
+from prism_rec.training.trainer import fit
+from prism_rec.training.config import TrainConfig
 
 
 def test_same_seed_same_metrics_on_cpu(one_torch_thread):
@@ -27,7 +28,7 @@ def test_same_seed_same_metrics_on_cpu(one_torch_thread):
 
 
 def test_precision_enters_the_settings_hash_only_when_not_the_default():
-    from prism_rec.records import run_hash
+    from prism_rec.tracking.records import run_hash
 
     assert "precision" not in TrainConfig().identity()  # runs made before --precision keep their hashes
     assert TrainConfig(precision="fp32").identity()["precision"] == "fp32"
@@ -82,7 +83,7 @@ def test_bench_logs_runs_and_writes_table(store, tiny, run_cli):
 
 
 def test_params_name_every_backbone_option_with_its_default():
-    from prism_rec.runner import run_settings
+    from prism_rec.experiments.bench import run_settings
 
     params = run_settings("prism", TrainConfig(device="auto", backbone_options={"L": 2}), torch.device("cpu"))
     assert params["device"] == "cpu" and params["precision"] == "fp32" and params["compile"] == "off"
@@ -100,14 +101,14 @@ def test_one_seed_is_said_as_such_and_logged_as_a_count(store, tiny, run_cli):
 
 
 def test_crashing_training_marks_run_failed_and_the_others_still_run(store, tiny, monkeypatch, capsys):
-    from prism_rec import runner
+    from prism_rec.experiments import bench as bench_command
 
     def crash_on_seed_0(dataset, model, config, **options):
         if config.seed == 0:
             raise RuntimeError("out of memory")
         return fit(dataset, model, config, **options)
 
-    monkeypatch.setattr(runner, "fit", crash_on_seed_0)
+    monkeypatch.setattr(bench_command, "fit", crash_on_seed_0)
     with pytest.raises(SystemExit, match="1 run\\(s\\) failed .*sasrec seed 0: RuntimeError: out of memory"):
         main(["bench", "--models", "sasrec", "--seeds", "2", "--results-dir", str(store / "r"), *tiny, "--epochs", "1"])
     assert "Traceback" in capsys.readouterr().err  # the crash's own traceback, once
@@ -126,7 +127,7 @@ def test_bad_options_name_the_option(store, capsys, args, expected):
 
 
 def test_fp32_turns_tf32_off_only_inside_the_block():
-    from prism_rec.train import _tf32_off
+    from prism_rec.training.trainer import _tf32_off
 
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     try:
@@ -141,14 +142,14 @@ def test_fp32_turns_tf32_off_only_inside_the_block():
 
 
 def test_runs_name_the_commit_their_process_loaded(monkeypatch):
-    from prism_rec import tracking
+    from prism_rec.tracking import store as tracking_store
 
     monkeypatch.delenv("PRISM_REC_GIT_COMMIT", raising=False)
-    loaded = tracking.git_commit()
-    monkeypatch.setattr(tracking, "_head_commit", lambda: "moved0n")  # HEAD moves on while a run trains
-    assert tracking.git_commit() == loaded
+    loaded = tracking_store.git_commit()
+    monkeypatch.setattr(tracking_store, "_head_commit", lambda: "moved0n")  # HEAD moves on while a run trains
+    assert tracking_store.git_commit() == loaded
     monkeypatch.setenv("PRISM_REC_GIT_COMMIT", "d3v1ce0")  # the GPU machine, where .git does not travel
-    assert tracking.git_commit() == "d3v1ce0"
+    assert tracking_store.git_commit() == "d3v1ce0"
 
 
 def test_bench_and_tables_write_a_git_ignored_folder_not_the_published_tables():
@@ -156,7 +157,7 @@ def test_bench_and_tables_write_a_git_ignored_folder_not_the_published_tables():
 
     from prism_rec.cli import build_parser
     from prism_rec.paths import RESULTS_DIR
-    from prism_rec.tables import LOCAL_RESULTS_DIR
+    from prism_rec.tracking.tables import LOCAL_RESULTS_DIR
 
     parser = build_parser()
     for command in (["bench"], ["tables"]):
@@ -169,7 +170,7 @@ def test_bench_and_tables_write_a_git_ignored_folder_not_the_published_tables():
 def test_threads_auto_is_one_thread_whatever_the_load(monkeypatch):
     """The default count never follows the machine's load: the same command gives the same metrics."""
     from prism_rec.errors import OptionError
-    from prism_rec.runner import cpu_threads
+    from prism_rec.experiments.bench import cpu_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr("os.cpu_count", lambda: 2)
@@ -183,7 +184,7 @@ def test_threads_auto_is_one_thread_whatever_the_load(monkeypatch):
 
 
 def test_threads_auto_keeps_the_count_that_omp_num_threads_set(monkeypatch):
-    from prism_rec.runner import cpu_threads
+    from prism_rec.experiments.bench import cpu_threads
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # torchrun sets it; so does the store fixture
     monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))

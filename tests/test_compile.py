@@ -1,4 +1,4 @@
-"""The compiled training step (prism_rec/compile.py) against eager on CPU.
+"""The compiled training step (prism_rec/training/compile.py) against eager on CPU.
 
 The compiled encoders (the delta scan's custom op is tested in tests/kernels/test_compiled_scan.py) are traced by
 torch.compile with the "aot_eager" backend (the graphs torch.compile builds, forward and backward, run
@@ -9,9 +9,9 @@ need a GPU and are exercised by benchmarks/step_bench.py on the device.
 import pytest
 import torch
 
-from prism_rec.compile import CompiledEncoder, gaps_to_eager, optimizer_options, resolve_compile, training_encoder
-from prism_rec.model import SequentialRecommender
-from prism_rec.train import TrainConfig
+from prism_rec.training.compile import CompiledEncoder, gaps_to_eager, optimizer_options, resolve_compile, training_encoder
+from prism_rec.models.recommender import SequentialRecommender
+from prism_rec.training.config import TrainConfig
 
 
 def test_resolve_compile():

@@ -12,13 +12,14 @@ import mlflow
 import pytest
 import torch
 
-from prism_rec.checkpoint import INTERRUPT_AFTER_BATCHES_ENV
+from prism_rec.training.checkpoint import INTERRUPT_AFTER_BATCHES_ENV
 from prism_rec.cli import main
 from prism_rec.data.sources import load_dataset
 from prism_rec.errors import OptionError
-from prism_rec.runner import bench
-from prism_rec.tracking import end_runs_of_dead_processes, experiment_id, process_tags
-from prism_rec.train import TrainConfig, _deterministic, fit
+from prism_rec.experiments.bench import bench
+from prism_rec.tracking.store import end_runs_of_dead_processes, experiment_id, process_tags
+from prism_rec.training.trainer import _deterministic, fit
+from prism_rec.training.config import TrainConfig
 
 EPOCHS = 40
 SHAPE = dict(d_model=16, max_len=8, batch_size=16, eval_batch_size=64)
@@ -100,22 +101,22 @@ def test_sighup_stops_with_a_checkpoint_and_killed_runs(args, store):
 
 
 def test_stop_during_the_last_validation_is_honoured(raw, store, monkeypatch, one_torch_thread):
-    from prism_rec import train
+    from prism_rec.training import trainer
 
-    evaluate = train.evaluate
+    evaluate = trainer.evaluate
 
     def stop_during_validation(model, dataset, cases, config, *rest, **options):
         if cases is dataset.valid_cases:
             os.kill(os.getpid(), signal.SIGINT)
         return evaluate(model, dataset, cases, config, *rest, **options)
 
-    monkeypatch.setattr(train, "evaluate", stop_during_validation)
+    monkeypatch.setattr(trainer, "evaluate", stop_during_validation)
     with pytest.raises(KeyboardInterrupt):  # seed 1 never starts
         bench("sequence-text", ["sasrec"], [0, 1], config(epochs=1), {"raw_dir": raw}, store / "results",
               checkpoint_dir=store / "checkpoints")
     assert sorted(runs()["tags.mlflow.runName"].str.split("-").str[0]) == ["bench", "sasrec"]
     assert set(runs()["status"]) == {"KILLED"} and len(checkpoints(store)) == 1
-    monkeypatch.setattr(train, "evaluate", evaluate)
+    monkeypatch.setattr(trainer, "evaluate", evaluate)
     results = bench("sequence-text", ["sasrec"], [0, 1], config(epochs=1), {"raw_dir": raw}, store / "results",
                     resume=True, checkpoint_dir=store / "checkpoints")
     assert results[("sasrec", 0)]["test"] == fit(load_dataset("sequence-text", raw_dir=raw), "sasrec",
@@ -167,7 +168,7 @@ def test_runs_of_dead_processes_are_marked_killed(store):
 
 
 def test_concurrent_first_use_of_a_store(tmp_path):
-    code = "from prism_rec.tracking import experiment_id; print(experiment_id('race'))"
+    code = "from prism_rec.tracking.store import experiment_id; print(experiment_id('race'))"
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'new.db'}"}
     children = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True, env=env) for _ in range(2)]
@@ -212,14 +213,14 @@ def test_cpu_training_sums_gradients_in_a_fixed_order():
 
 
 def test_unknown_dataset_is_an_option_error():
-    from prism_rec.runner import check_bench_options
+    from prism_rec.experiments.bench import check_bench_options
 
     with pytest.raises(OptionError, match="option --dataset: unknown dataset 'nope'"):
         check_bench_options("nope", ["sasrec"], TrainConfig(), {})
 
 
 def test_a_run_that_a_live_process_trains_is_not_trained_twice(raw, store):
-    from prism_rec.records import run_hash
+    from prism_rec.tracking.records import run_hash
 
     dataset = load_dataset("sequence-text", raw_dir=raw)
     tags = {**process_tags(), "prism_rec_role": "child",

@@ -29,7 +29,7 @@ def conv_silu_at(z, conv_module, t):
 
 
 def unit(x, eps=1e-6):
-    """L2-normalise the last dimension (same eps as prism_rec.nn.l2norm)."""
+    """L2-normalise the last dimension (same eps as prism_rec.models.nn.l2norm)."""
     return x / torch.sqrt((x * x).sum(-1, keepdim=True) + eps)
 
 

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from prism_rec import headline, headline_protocol
-from prism_rec.jobs import ABANDONED, WorkerDevices, run_jobs
-from prism_rec.metrics import METRIC_NAMES
+from prism_rec.cli import main
+from prism_rec.experiments.headline import driver, protocol
+from prism_rec.experiments.jobs import ABANDONED, WorkerDevices, run_jobs
+from prism_rec.training.metrics import METRIC_NAMES
 from prism_rec.files import read_jsonl
-from prism_rec.records import import_records, make_record, read_records
-from prism_rec.train import check_devices
+from prism_rec.tracking.records import import_records, make_record, read_records
+from prism_rec.training.devices import check_devices
 
 DATA_OPTIONS = {"min_user_interactions": 5, "min_item_interactions": 5, "split": "loo", "dedup": "none",
                 "skipped_lines": 0}
@@ -35,20 +36,20 @@ def fake_result(auc: float) -> dict:
 
 
 def fake_record(model: str, seed: int, auc: float) -> dict:
-    config = headline_protocol.training_config("ml-100k", model, seed, "cpu", {}, 1e-3)
+    config = protocol.training_config("ml-100k", model, seed, "cpu", {}, 1e-3)
     tags = {"git_commit": "abc", "device": "cuda", "machine": "NVIDIA H200", "torch_version": "2.11",
-            "triton_version": "3.6", "command": "python -m prism_rec.headline run --out X"}
+            "triton_version": "3.6", "command": "prism-rec headline run --out X"}
     return make_record(fake_dataset(), model, config, fake_result(auc), tags, time.time() - 5)
 
 
 def test_records_round_trip_into_mlflow_and_tables(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    from prism_rec.records import append_jsonl
-    from prism_rec.tables import finished_child_runs, write_tables
+    from prism_rec.tracking.records import append_jsonl
+    from prism_rec.tracking.tables import finished_child_runs, write_tables
 
     records = [fake_record("sasrec", 0, 0.8), fake_record("sasrec", 1, 0.9), fake_record("prism", 0, 0.7)]
     for record in records:
-        append_jsonl(tmp_path / "runs" / headline.RECORDS_NAME, record)
+        append_jsonl(tmp_path / "runs" / driver.RECORDS_NAME, record)
     assert read_records(tmp_path / "runs") == records
     assert import_records(tmp_path / "runs", "import") == {"imported": 3, "already there": 0}
     assert import_records(tmp_path / "runs", "import") == {"imported": 0, "already there": 3}
@@ -60,7 +61,7 @@ def test_records_round_trip_into_mlflow_and_tables(tmp_path, monkeypatch):
     assert sasrec["tags.prism_rec_role"] == "child" and sasrec["tags.machine"] == "NVIDIA H200"
     markdown, csv, _ = write_tables("ml-100k", tmp_path / "results")
     assert "| sasrec | **0.8500 ± 0.0707**" in markdown.read_text()
-    assert "python -m prism_rec.headline run --out X" in markdown.read_text()
+    assert "prism-rec headline run --out X" in markdown.read_text()
 
 
 @pytest.fixture
@@ -76,8 +77,8 @@ def fake_training(monkeypatch):
                                                                                "machine": "CPU", "command": job.command},
                                                             time.time())}
 
-    monkeypatch.setattr(headline, "load_dataset", fake_dataset)
-    monkeypatch.setattr(headline, "train_cell", train)
+    monkeypatch.setattr(driver, "load_dataset", fake_dataset)
+    monkeypatch.setattr(driver, "train_cell", train)
     return calls
 
 
@@ -87,18 +88,18 @@ GRID = (1e-3, 3e-3)
 
 def test_rates_are_tuned_on_seed_0_then_the_seeds_and_presets_follow(tmp_path, fake_training):
     models = ["pop", "sasrec", "prism", "prism-L1"]
-    counts = headline.run_headline(["ml-100k"], models, [0, 1], tmp_path, 1, None, grid=GRID)
+    counts = driver.run_headline(["ml-100k"], models, [0, 1], tmp_path, 1, None, grid=GRID)
     assert counts["finished"] == 9
     assert set(fake_training[:5]) == {"ml-100k/pop/lr0/s0", "ml-100k/sasrec/lr0.001/s0", "ml-100k/sasrec/lr0.003/s0",
                                       "ml-100k/prism/lr0.001/s0", "ml-100k/prism/lr0.003/s0"}  # tuning first
     assert sorted(fake_training[5:]) == ["ml-100k/prism-L1/lr0.001/s0", "ml-100k/prism-L1/lr0.001/s1",
                                          "ml-100k/prism/lr0.001/s1", "ml-100k/sasrec/lr0.003/s1"]
-    manifest = read_jsonl(tmp_path / headline_protocol.MANIFEST_NAME)
+    manifest = read_jsonl(tmp_path / protocol.MANIFEST_NAME)
     assert len(manifest) == 9 and {e["protocol"] for e in manifest} == {"headline-v2"}
     assert {(e["gpu_sharing"], e["jobs_per_device"], e["epochs"], e["patience"]) for e in manifest} == {("none", 1.0, 200, 10)}
-    assert {e["record_id"] for e in read_jsonl(tmp_path / headline_protocol.CASE_RANKS_NAME)} == {e["record_id"] for e in manifest}
+    assert {e["record_id"] for e in read_jsonl(tmp_path / protocol.CASE_RANKS_NAME)} == {e["record_id"] for e in manifest}
     fake_training.clear()
-    counts = headline.run_headline(["ml-100k"], models, [0, 1, 2], tmp_path, 1, None, grid=GRID)
+    counts = driver.run_headline(["ml-100k"], models, [0, 1, 2], tmp_path, 1, None, grid=GRID)
     assert counts["already in manifest"] == 9 and counts["finished"] == 3
     assert sorted(fake_training) == ["ml-100k/prism-L1/lr0.001/s2", "ml-100k/prism/lr0.001/s2",
                                      "ml-100k/sasrec/lr0.003/s2"]
@@ -106,33 +107,33 @@ def test_rates_are_tuned_on_seed_0_then_the_seeds_and_presets_follow(tmp_path, f
 
 def test_a_preset_needs_its_base_and_the_grid_is_checked(tmp_path, fake_training, capsys):
     with pytest.raises(ValueError, match="option --models: prism-L1 take the learning rate chosen for prism"):
-        headline.run_headline(["ml-100k"], ["prism-L1"], [0], tmp_path, 1, None)
+        driver.run_headline(["ml-100k"], ["prism-L1"], [0], tmp_path, 1, None)
     with pytest.raises(ValueError, match="option --lr-grid: the learning-rate grid is empty"):
-        headline.run_headline(["ml-100k"], ["sasrec"], [0], tmp_path, 1, None, grid=())
+        driver.run_headline(["ml-100k"], ["sasrec"], [0], tmp_path, 1, None, grid=())
     with pytest.raises(ValueError, match="option --lr-grid: 'x' is not a number"):
-        headline.tuning.parse_grid("1e-3,x")
+        driver.tuning.parse_grid("1e-3,x")
     with pytest.raises(ValueError, match="option --lr-grid: -0.001 is not a positive"):
-        headline.tuning.parse_grid("-1e-3")
+        driver.tuning.parse_grid("-1e-3")
     with pytest.raises(SystemExit) as exit_:
-        headline.main(["run", "--out", str(tmp_path), "--models", "sasrec", "--eager-models", "sasrec,mamba3"])
+        main(["headline", "run", "--out", str(tmp_path), "--models", "sasrec", "--eager-models", "sasrec,mamba3"])
     assert exit_.value.code == 2 and "option --eager-models: unknown backbone(s) ['mamba3']" in capsys.readouterr().err
     assert not fake_training
 
 
 def test_finished_runs_feed_the_time_estimates(tmp_path, fake_training, monkeypatch):
     fed = []
-    monkeypatch.setattr(headline.CorrectedEstimates, "finished", lambda self, job, seconds: fed.append(job.label))
-    headline.run_headline(["ml-100k"], ["sasrec"], [0, 1], tmp_path, 1, None, grid=(1e-3,))
+    monkeypatch.setattr(driver.CorrectedEstimates, "finished", lambda self, job, seconds: fed.append(job.label))
+    driver.run_headline(["ml-100k"], ["sasrec"], [0, 1], tmp_path, 1, None, grid=(1e-3,))
     assert fed == ["ml-100k/sasrec/lr0.001/s0", "ml-100k/sasrec/lr0.001/s1"]
 
 
 def test_budget_stops_starting_jobs(tmp_path, fake_training, monkeypatch):
     clock = iter(range(1000))
-    monkeypatch.setattr(headline.time, "time", lambda: 1000.0 + next(clock))
-    counts = headline.run_headline(["ml-100k"], ["sasrec", "hstu"], [0], tmp_path, 1, budget=2.5, grid=GRID)
+    monkeypatch.setattr(driver.time, "time", lambda: 1000.0 + next(clock))
+    counts = driver.run_headline(["ml-100k"], ["sasrec", "hstu"], [0], tmp_path, 1, budget=2.5, grid=GRID)
     assert counts["finished"] >= 1 and counts["not started"] == 4 - counts["finished"]
     with pytest.raises(ValueError, match="--budget"):
-        headline.run_headline(["ml-100k"], ["sasrec"], [0], tmp_path, 1, budget=0)
+        driver.run_headline(["ml-100k"], ["sasrec"], [0], tmp_path, 1, budget=0)
 
 
 def test_a_free_worker_skips_jobs_expected_to_outlast_the_deadline():
@@ -153,17 +154,17 @@ def test_device_lists_are_checked(tmp_path):
 
 
 def test_set_overrides_are_checked_and_named():
-    assert headline.parse_overrides(["epochs=3", "precision=fp32"]) == {"epochs": 3, "precision": "fp32"}
+    assert driver.parse_overrides(["epochs=3", "precision=fp32"]) == {"epochs": 3, "precision": "fp32"}
     with pytest.raises(ValueError, match="option --set: precision: 'fp16' is not one of"):
-        headline.parse_overrides(["precision=fp16"])
+        driver.parse_overrides(["precision=fp16"])
     with pytest.raises(ValueError, match="option --set 'epochs=x': 'x' is not a int"):
-        headline.parse_overrides(["epochs=x"])
+        driver.parse_overrides(["epochs=x"])
     with pytest.raises(ValueError, match="option --set 'seed=1': 'seed' is not one of"):
-        headline.parse_overrides(["seed=1"])
+        driver.parse_overrides(["seed=1"])
 
 
 def test_a_cuda_index_beyond_the_machine_is_refused(monkeypatch):
-    from prism_rec.train import resolve_device
+    from prism_rec.training.devices import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
@@ -184,49 +185,49 @@ def test_jobs_in_flight_at_the_deadline_are_abandoned():
 def test_time_estimates_follow_the_planned_concurrency_and_the_epochs_of_the_rate():
     """Seconds per epoch of the (dataset, model), scaled to the concurrency planned now, times the median
     epochs of the dataset's runs at the job's rate (lower rates train longer), else of all its runs."""
-    config = headline_protocol.training_config("ml-100k", "sasrec", 2, "cpu", {}, 1e-3)
-    job = headline.HeadlineJob("ml-100k", "sasrec", config, "hash-s2", "")
-    slow_config = headline_protocol.training_config("ml-100k", "sasrec", 0, "cpu", {}, 3e-4)
-    slow = headline.HeadlineJob("ml-100k", "sasrec", slow_config, "hash-slow", "")
+    config = protocol.training_config("ml-100k", "sasrec", 2, "cpu", {}, 1e-3)
+    job = driver.HeadlineJob("ml-100k", "sasrec", config, "hash-s2", "")
+    slow_config = protocol.training_config("ml-100k", "sasrec", 0, "cpu", {}, 3e-4)
+    slow = driver.HeadlineJob("ml-100k", "sasrec", slow_config, "hash-slow", "")
     seen = [{"dataset": "ml-100k", "model": "sasrec", "config_hash": f"hash-s{seed}", "wall_seconds": 140.0,
              "epochs_run": 20, "lr": 1e-3, "jobs_per_device": 14.0} for seed in (0, 1)]
     seen.append({**seen[0], "model": "prism", "config_hash": "hash-prism", "epochs_run": 50, "lr": 3e-4})
     hashes = {"hash-s0", "hash-s1", "hash-s2", "hash-prism", "hash-slow"}
-    expected, timed = headline.estimate_seconds([job, slow], seen, {"ml-100k": 1000}, hashes, 7.0)
+    expected, timed = driver.estimate_seconds([job, slow], seen, {"ml-100k": 1000}, hashes, 7.0)
     assert timed and expected[job.label] == pytest.approx(70.0)  # 3.5 s per epoch x 20 epochs
     assert expected[slow.label] == pytest.approx(3.5 * 50)  # prism's 50 epochs at 3e-4
     seen.pop()
-    assert headline.estimate_seconds([slow], seen, {"ml-100k": 1000}, hashes, 7.0)[0][slow.label] == pytest.approx(70.0)
+    assert driver.estimate_seconds([slow], seen, {"ml-100k": 1000}, hashes, 7.0)[0][slow.label] == pytest.approx(70.0)
     other_settings = [{**entry, "config_hash": "elsewhere"} for entry in seen]
-    assert not headline.estimate_seconds([job], other_settings, {"ml-100k": 1000}, {"hash-s2"}, 7.0)[1]
+    assert not driver.estimate_seconds([job], other_settings, {"ml-100k": 1000}, {"hash-s2"}, 7.0)[1]
 
 
 def test_eager_models_train_with_compile_off_under_the_same_hashes():
     dataset = SimpleNamespace(options={})
-    plain = headline.GridPlan({"ml-100k": dataset}, ["sasrec", "prism"], [0], (1e-3,), "cpu", {"compile": "graphs"}, "")
-    eager = headline.GridPlan({"ml-100k": dataset}, ["sasrec", "prism"], [0], (1e-3,), "cpu", {"compile": "graphs"}, "",
+    plain = driver.GridPlan({"ml-100k": dataset}, ["sasrec", "prism"], [0], (1e-3,), "cpu", {"compile": "graphs"}, "")
+    eager = driver.GridPlan({"ml-100k": dataset}, ["sasrec", "prism"], [0], (1e-3,), "cpu", {"compile": "graphs"}, "",
                               frozenset({"prism"}))
     assert {key: job.config.compile for key, job in eager.jobs.items()} == {
         ("ml-100k", "sasrec", 0, 1e-3): "graphs", ("ml-100k", "prism", 0, 1e-3): "off"}
     assert eager.hashes == plain.hashes
 
 
-def _job(model: str, seed: int) -> "headline.HeadlineJob":
-    return headline.HeadlineJob("ml-100k", model, headline_protocol.training_config("ml-100k", model, seed, "cpu", {}, 1e-3),
+def _job(model: str, seed: int) -> "driver.HeadlineJob":
+    return driver.HeadlineJob("ml-100k", model, protocol.training_config("ml-100k", model, seed, "cpu", {}, 1e-3),
                                 f"hash-{model}-s{seed}", "")
 
 
 def test_jobs_go_tuning_runs_first_then_longest_first():
     jobs = [_job(model, seed) for seed in (1, 0) for model in ("sasrec", "prism", "hstu", "prism-L1")]
     expected = {job.label: {"sasrec": 10.0, "prism": 30.0, "hstu": 20.0, "prism-L1": 40.0}[job.model] for job in jobs}
-    order = [job.label.replace("/lr0.001", "") for job in headline.order_jobs(jobs, expected)]
+    order = [job.label.replace("/lr0.001", "") for job in driver.order_jobs(jobs, expected)]
     assert order == ["ml-100k/prism/s0", "ml-100k/hstu/s0", "ml-100k/sasrec/s0", "ml-100k/prism-L1/s1",
                      "ml-100k/prism-L1/s0", "ml-100k/prism/s1", "ml-100k/hstu/s1", "ml-100k/sasrec/s1"]
 
 
 def test_estimates_correct_themselves_by_the_runs_finished_in_this_call():
     fast, slow, unseen = _job("sasrec", 0), _job("prism", 0), _job("hstu", 0)
-    estimates = headline.CorrectedEstimates({fast.label: 100.0, slow.label: 300.0, unseen.label: 200.0})
+    estimates = driver.CorrectedEstimates({fast.label: 100.0, slow.label: 300.0, unseen.label: 200.0})
     estimates.finished(fast, 50.0)  # took half its estimate
     estimates.finished(slow, 120.0)  # 0.4 of it
     assert estimates(unseen) == 200.0  # fewer than MIN_RUNS finished: the prior
@@ -236,27 +237,27 @@ def test_estimates_correct_themselves_by_the_runs_finished_in_this_call():
 
 def test_gpu_sharing_is_mps_only_where_a_server_control_pipe_is(tmp_path, monkeypatch):
     monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
-    assert headline.gpu_sharing("cpu") == "none"
-    assert headline.gpu_sharing("auto") == ("time-slicing" if torch.cuda.is_available() else "none")
-    assert headline.gpu_sharing("cuda:1") == "time-slicing"
+    assert driver.gpu_sharing("cpu") == "none"
+    assert driver.gpu_sharing("auto") == ("time-slicing" if torch.cuda.is_available() else "none")
+    assert driver.gpu_sharing("cuda:1") == "time-slicing"
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path))
-    assert headline.gpu_sharing("cuda") == "time-slicing"  # no server's control pipe there
+    assert driver.gpu_sharing("cuda") == "time-slicing"  # no server's control pipe there
     (tmp_path / "control").touch()
-    assert headline.gpu_sharing("cuda") == "mps"
+    assert driver.gpu_sharing("cuda") == "mps"
 
 
 def test_manifests_of_side_by_side_calls_merge_once_per_record(tmp_path):
-    from prism_rec.records import append_jsonl
+    from prism_rec.tracking.records import append_jsonl
 
     base = {"record_id": "a", "dataset": "x"}
     for name, extra in (("one", {"record_id": "b"}), ("two", {"record_id": "c"})):
         for entry in (base, extra):
             append_jsonl(tmp_path / name / "m.jsonl", entry)
-    merged = headline.merge_manifests([tmp_path / "one" / "m.jsonl", tmp_path / "two" / "m.jsonl"])
+    merged = driver.merge_manifests([tmp_path / "one" / "m.jsonl", tmp_path / "two" / "m.jsonl"])
     assert [e["record_id"] for e in merged] == ["a", "b", "c"]
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
-        headline.merge_manifests([tmp_path / "missing.jsonl"])
-    headline.main(["merge", str(tmp_path / "out.jsonl"), str(tmp_path / "one" / "m.jsonl"), str(tmp_path / "two" / "m.jsonl")])
+        driver.merge_manifests([tmp_path / "missing.jsonl"])
+    main(["headline", "merge", str(tmp_path / "out.jsonl"), str(tmp_path / "one" / "m.jsonl"), str(tmp_path / "two" / "m.jsonl")])
     assert [e["record_id"] for e in read_jsonl(tmp_path / "out.jsonl")] == ["a", "b", "c"]
 
 
@@ -264,26 +265,26 @@ def test_worker_devices_one_or_several():
     one, two = WorkerDevices(["cpu"]), WorkerDevices(["cuda:0", "cuda:1"])
     assert (one.job_device, one.cuda_devices) == ("cpu", None)
     assert (two.job_device, two.cuda_devices) == ("cuda", ["cuda:0", "cuda:1"])  # worker i: the i-th, current
-    from prism_rec.tracking import machine_description
+    from prism_rec.tracking.store import machine_description
 
     assert one.describe() == f"{machine_description(torch.device('cpu'))} (cpu)"
 
 
 def test_a_run_that_diverges_loses_its_rate_and_is_not_rerun(tmp_path, fake_training, monkeypatch):
-    trained = headline.train_cell
+    trained = driver.train_cell
 
     def diverging(job):
         if job.config.lr == 3e-3:
             fake_training.append(job.label)
-            return {"status": headline.DIVERGED, "error": "non-finite item scores"}
+            return {"status": driver.DIVERGED, "error": "non-finite item scores"}
         return trained(job)
 
-    monkeypatch.setattr(headline, "train_cell", diverging)
-    counts = headline.run_headline(["ml-100k"], ["sasrec"], [0, 1], tmp_path, 1, None, grid=GRID)
+    monkeypatch.setattr(driver, "train_cell", diverging)
+    counts = driver.run_headline(["ml-100k"], ["sasrec"], [0, 1], tmp_path, 1, None, grid=GRID)
     assert counts["diverged"] == 1 and counts["finished"] == 2
-    manifest = read_jsonl(tmp_path / headline_protocol.MANIFEST_NAME)
-    assert headline.tuning.chosen_rates(manifest, GRID) == {("ml-100k", "sasrec"): 1e-3}
-    assert {(e["seed"], e["lr"]) for e in headline.tuning.selected_entries(manifest, GRID)} == {(0, 1e-3), (1, 1e-3)}
+    manifest = read_jsonl(tmp_path / protocol.MANIFEST_NAME)
+    assert driver.tuning.chosen_rates(manifest, GRID) == {("ml-100k", "sasrec"): 1e-3}
+    assert {(e["seed"], e["lr"]) for e in driver.tuning.selected_entries(manifest, GRID)} == {(0, 1e-3), (1, 1e-3)}
     fake_training.clear()
-    assert headline.run_headline(["ml-100k"], ["sasrec"], [0, 1], tmp_path, 1, None, grid=GRID)["finished"] == 0
+    assert driver.run_headline(["ml-100k"], ["sasrec"], [0, 1], tmp_path, 1, None, grid=GRID)["finished"] == 0
     assert not fake_training

@@ -1,4 +1,4 @@
-"""The v2 headline report (headline_report.py) on a synthetic v2 manifest and case-ranks file built here:
+"""The v2 headline report (headline/report.py) on a synthetic v2 manifest and case-ranks file built here:
 pop, tuning runs, presets, a plateau run, a capped run, a cell still tuning, missing cells, an old-protocol
 line, v1 means and a partial solo-throughput file."""
 
@@ -11,8 +11,10 @@ import zlib
 import numpy as np
 import pytest
 
-from prism_rec import case_ranks, headline, headline_report as report
-from prism_rec.stats import bootstrap_mean_ci, paired_difference
+from prism_rec.cli import main
+from prism_rec.experiments.headline import report
+from prism_rec.tracking import case_ranks
+from prism_rec.tracking.bootstrap import bootstrap_mean_ci, paired_difference
 
 N_USERS, N_ITEMS = 40, 101
 ELECTRONICS, SHORT = "electronics-gerec", "movies-fedcsr"
@@ -31,7 +33,7 @@ def run(dataset, model, seed, lr, quality, *, best_valid=None, best_epoch=20, ep
              "best_valid_auc": quality if best_valid is None else best_valid, "best_epoch": best_epoch,
              "epochs_run": epochs_run, "train_tokens_per_s": 5000.0, "peak_memory_mb": 1.0, "wall_seconds": 9.0,
              "n_parameters": 1000, "machine": "NVIDIA H200 (CUDA 13.0)", "git_commit": "abc1234",
-             "command": "python -m prism_rec.headline run --out X", "finished_at": "2026-12-01T00:00:00Z",
+             "command": "prism-rec headline run --out X", "finished_at": "2026-12-01T00:00:00Z",
              "jobs_per_device": 8.0, "gpu_sharing": "mps"}
     for name in ("hit_10", "hit_200", "hit_500", "ndcg_10", "ndcg_200", "ndcg_500"):
         entry[f"test_{name}"] = entry[f"best_valid_{name}"] = 0.1
@@ -127,8 +129,8 @@ def test_the_dataset_table_gives_the_interval_rate_epochs_and_cap(results):
     assert cells_of(text, "hstu")[4:6] == ["20/30, 20/30, 200/200", "1 of 3"]
     assert cells_of(text, "pop (floor)")[3:6] == ["— (no training)", "— (no training)", "—"]
     assert cells_of(text, "titans")[1:] == ["missing"] * 7
-    assert "Made by `python -m prism_rec.headline tables`" in text
-    from prism_rec.tables import table_folder
+    assert "Made by `prism-rec headline tables`" in text
+    from prism_rec.tracking.tables import table_folder
 
     assert table_folder(folder, ELECTRONICS) == folder / ELECTRONICS / "store"  # `prism-rec tables` keeps off it
     import pandas as pd
@@ -199,7 +201,7 @@ def test_the_tables_subcommand_writes_the_report(tmp_path, monkeypatch):
     (tmp_path / "m.jsonl").write_text("".join(json.dumps(e) + "\n" for e in manifest))
     (tmp_path / report.CASE_RANKS_NAME).write_text("".join(json.dumps(line) + "\n" for line in lines))
     monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
-    headline.main(["tables", "--manifest", str(tmp_path / "m.jsonl")])
+    main(["headline", "tables", "--manifest", str(tmp_path / "m.jsonl")])
     text = (tmp_path / "README.md").read_text()
     assert "results/solo_throughput.csv is absent: the plots hold no points and say so." in text
     assert "no v1 run → " in text and (tmp_path / ELECTRONICS / "pareto.png").is_file()

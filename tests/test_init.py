@@ -1,4 +1,4 @@
-"""Initialisation policies (prism_rec/init.py) and weight-decay groups (prism_rec/optim.py).
+"""Initialisation policies (prism_rec/models/init.py) and weight-decay groups (prism_rec/training/optim.py).
 
 Every registered backbone (so backbones added later are covered) must declare an ``init_policy`` and start
 from its reference's statistics: Linear/Conv weight stds, zero biases, unit norms, rescaled residual
@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prism_rec.init import POLICIES, apply_init, is_norm, policy_of
-from prism_rec.model import SequentialRecommender
-from prism_rec.optim import parameter_groups
+from prism_rec.models.init import POLICIES, apply_init, is_norm, policy_of
+from prism_rec.models.recommender import SequentialRecommender
+from prism_rec.training.optim import parameter_groups
 from prism_rec.registry import build_backbone, list_backbones
 
 D = 64
@@ -35,8 +35,8 @@ def declared(name: str, module: nn.Module) -> str:
     policy = getattr(type(module), "init_policy", None)
     if policy is None:
         pytest.fail(f"backbone {name!r} ({type(module).__qualname__}) declares no init_policy: set the class "
-                    f"attribute init_policy to one of {sorted(POLICIES)} and call prism_rec.init.apply_init(self) "
-                    f"at the end of its __init__ (see prism_rec/init.py)")
+                    f"attribute init_policy to one of {sorted(POLICIES)} and call prism_rec.models.init.apply_init(self) "
+                    f"at the end of its __init__ (see prism_rec/models/init.py)")
     assert policy in POLICIES, f"{name}: init_policy {policy!r} is not one of {sorted(POLICIES)}"
     return policy
 

@@ -1,6 +1,6 @@
-"""The full-softmax loss (prism_rec/losses.py): the chunked reference path against F.cross_entropy on
+"""The full-softmax loss (prism_rec/training/losses.py): the chunked reference path against F.cross_entropy on
 explicit logits, the fused Triton path through Triton's interpreter (in a subprocess, since Triton
-reads TRITON_INTERPRET when the kernels are defined), and the sampled-softmax objective of train.py."""
+reads TRITON_INTERPRET when the kernels are defined), and the sampled-softmax objective of trainer.py."""
 
 import importlib.util
 import json
@@ -12,9 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from prism_rec.losses import LOGIT_CHUNK_ROWS, full_softmax_loss_sum, resolve_path
-from prism_rec.model import SequentialRecommender
-from prism_rec.train import NextItemObjective, TrainConfig
+from prism_rec.training.losses import LOGIT_CHUNK_ROWS, full_softmax_loss_sum, resolve_path
+from prism_rec.models.recommender import SequentialRecommender
+from prism_rec.training.trainer import NextItemObjective
+from prism_rec.training.config import TrainConfig
 
 
 def _case(n, items, d, dtype, seed=0):
@@ -76,7 +77,7 @@ def test_paths_resolve_by_device(monkeypatch):
 FUSED_CHECK = r"""
 import json, os
 import torch, torch.nn.functional as F
-from prism_rec.losses import full_softmax_loss_sum, fused_logsumexp
+from prism_rec.training.losses import full_softmax_loss_sum, fused_logsumexp
 
 def case(n, items, d, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from prism_rec.baselines.mamba2 import Mamba2, Mamba2Mixer, Mamba2Stack
-from prism_rec.nn import PreNormStack
+from prism_rec.models.nn import PreNormStack
 
 
 def causal_depthwise_conv(x, weight, bias):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from prism_rec.metrics import MetricMeans, rank_metrics
+from prism_rec.training.metrics import MetricMeans, rank_metrics
 
 
 def test_hand_computed_case_with_ties():

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 
 from prism_rec.cli import main
-from prism_rec.tracking import RANKED_VIEW, VIEW_TAG, runs_view_url
+from prism_rec.tracking.store import RANKED_VIEW, VIEW_TAG, runs_view_url
 
 
 def request(url: str, body: dict | None = None) -> dict:

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from prism_rec.baselines.gated_deltanet import GatedDeltaNetLayer
-from prism_rec.prism import Prism, PrismLayer
+from prism_rec.models.prism import Prism, PrismLayer
 from prism_rec.registry import backbone_entry, build_backbone
 from test_gated_deltanet import BACKENDS, assert_matches_reference, conv_silu_at, inputs, make_layer, token_inputs, \
     token_readout, unit

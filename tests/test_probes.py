@@ -13,11 +13,11 @@ import types
 import numpy as np
 import pytest
 
-from prism_rec.probes import tasks
-from prism_rec.probes.__main__ import main as probe_main
-from prism_rec.probes.manifest import MANIFEST_NAME, load_manifest
-from prism_rec.probes.settings import settings_for
-from prism_rec.probes.train import ProbeJob, train_probe
+from prism_rec.cli import main
+from prism_rec.experiments.probes import tasks
+from prism_rec.experiments.probes.manifest import MANIFEST_NAME, load_manifest
+from prism_rec.experiments.probes.settings import settings_for
+from prism_rec.experiments.probes.train import ProbeJob, train_probe
 
 QUERY, OP = 0, 1
 
@@ -157,7 +157,7 @@ def test_paused_and_resumed_run_equals_an_uninterrupted_one(monkeypatch):
     settings = settings_for("paper", "local_xor", {"steps": 6, "seq_len": 12, "batch_size": 4, "eval_size": 32})
     whole = train_probe(ProbeJob("local_xor", "sasrec", 3, settings))
     clock = iter(range(1000))
-    monkeypatch.setattr("prism_rec.probes.train.time", types.SimpleNamespace(time=lambda: next(clock)))
+    monkeypatch.setattr("prism_rec.experiments.probes.train.time", types.SimpleNamespace(time=lambda: next(clock)))
     paused = train_probe(ProbeJob("local_xor", "sasrec", 3, settings, deadline=4))  # pauses mid-run
     assert paused["status"] == "paused" and 0 < paused["step"] < 6
     monkeypatch.undo()
@@ -173,7 +173,7 @@ SMOKE = ["--tasks", "parity,mqar", "--models", "sasrec,gated_deltanet", "--seeds
 
 def test_cli_smoke_writes_table_manifest_and_mlflow(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    probe_main([*SMOKE, "--out", str(tmp_path)])
+    main(["probe", *SMOKE, "--out", str(tmp_path)])
     entries = load_manifest(tmp_path)
     assert {(e["task"], e["model"], e["seed"]) for e in entries} == {
         (t, m, 0) for t in ("parity", "mqar") for m in ("sasrec", "gated_deltanet")}
@@ -185,10 +185,10 @@ def test_cli_smoke_writes_table_manifest_and_mlflow(tmp_path, monkeypatch, capsy
 
     runs = mlflow.search_runs(experiment_names=["probes"])
     assert len(runs) == 4 and runs["metrics.final_accuracy"].notna().all()
-    probe_main(["--out", str(tmp_path), "--log-manifest"])  # what a run made without MLflow is logged with
+    main(["probe", "--out", str(tmp_path), "--log-manifest"])  # what a run made without MLflow is logged with
     assert len(mlflow.search_runs(experiment_names=["probes"])) == 4  # no duplicates
 
-    probe_main([*SMOKE, "--out", str(tmp_path), "--seeds", "0,1", "--models", "sasrec", "--tasks", "parity",
+    main(["probe", *SMOKE, "--out", str(tmp_path), "--seeds", "0,1", "--models", "sasrec", "--tasks", "parity",
                 "--time-budget", "1e-9", "--no-mlflow"])  # resume: seed 0 skipped, seed 1 never started
     assert "skipped (already in manifest): 1" in capsys.readouterr().out
     table = (tmp_path / "probes.md").read_text()
@@ -198,21 +198,21 @@ def test_cli_smoke_writes_table_manifest_and_mlflow(tmp_path, monkeypatch, capsy
 
 
 def test_runs_of_an_earlier_task_format_are_not_counted(tmp_path, capsys):
-    probe_main([*SMOKE, "--out", str(tmp_path), "--models", "sasrec", "--no-mlflow"])
+    main(["probe", *SMOKE, "--out", str(tmp_path), "--models", "sasrec", "--no-mlflow"])
     entries = load_manifest(tmp_path)
     assert {e["task"]: e["task_version"] for e in entries} == {"parity": 2, "mqar": 1}
     for entry in entries:  # as written before task versions existed (parity then had its first format)
         del entry["task_version"]
     (tmp_path / MANIFEST_NAME).write_text("".join(json.dumps(e) + "\n" for e in entries))
-    probe_main([*SMOKE, "--out", str(tmp_path), "--models", "sasrec", "--no-mlflow"])
+    main(["probe", *SMOKE, "--out", str(tmp_path), "--models", "sasrec", "--no-mlflow"])
     assert "1 probe runs to do" in capsys.readouterr().out  # parity again; the mqar run still counts
     assert len(load_manifest(tmp_path)) == 3
 
 
 def test_cli_option_errors(tmp_path):
     with pytest.raises(SystemExit, match="--models"):
-        probe_main(["--models", "nosuchmodel", "--out", str(tmp_path)])
+        main(["probe", "--models", "nosuchmodel", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="--models"):
-        probe_main(["--models", "prism:L", "--out", str(tmp_path)])
+        main(["probe", "--models", "prism:L", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="--workers"):
-        probe_main([*SMOKE, "--workers", "0", "--out", str(tmp_path), "--no-mlflow"])
+        main(["probe", *SMOKE, "--workers", "0", "--out", str(tmp_path), "--no-mlflow"])

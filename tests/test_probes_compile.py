@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from prism_rec import compile as compile_module
-from prism_rec.probes import train
-from prism_rec.probes.__main__ import main as probe_main
-from prism_rec.probes.grid import TABLE_MODELS, product_runs
-from prism_rec.probes.manifest import load_manifest
-from prism_rec.probes.runner import run_probes
-from prism_rec.probes.settings import settings_for
+from prism_rec.cli import main
+from prism_rec.training import compile as compile_module
+from prism_rec.experiments.probes import train
+from prism_rec.experiments.probes.grid import TABLE_MODELS, product_runs
+from prism_rec.experiments.probes.manifest import load_manifest
+from prism_rec.experiments.probes.runner import run_probes
+from prism_rec.experiments.probes.settings import settings_for
 
 TINY = {"seq_len": 12, "batch_size": 4, "eval_size": 32, "d_model": 8, "n_layers": 1}
 
@@ -70,14 +70,14 @@ def test_a_compiled_run_gives_eager_accuracy_and_keeps_its_identity(tmp_path, ao
 def test_the_default_compiles_nothing_on_cpu_and_the_check_says_so(tmp_path, capsys):
     options = ["--tasks", "local_xor", "--models", "sasrec", "--seeds", "1", "--steps", "2", "--seq-len", "12",
                "--batch-size", "4", "--eval-size", "16", "--device", "cpu", "--out", str(tmp_path), "--no-mlflow"]
-    probe_main(options)
+    main(["probe", *options])
     assert load_manifest(tmp_path)[0]["compile"] == "off" and "compile off" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="graphs compiles nothing on cpu"):
-        probe_main([*options, "--check-compile"])
+        main(["probe", *options, "--check-compile"])
 
 
 def test_the_check_prints_each_model_once(tmp_path, aot_eager, capsys):
-    probe_main(["--tasks", "local_xor,parity", "--models", "sasrec", "--seeds", "2", "--steps", "4", "--seq-len",
+    main(["probe", "--tasks", "local_xor,parity", "--models", "sasrec", "--seeds", "2", "--steps", "4", "--seq-len",
                 "12", "--batch-size", "4", "--d-model", "8", "--n-layers", "1", "--device", "cpu", "--compile", "inductor",
                 "--check-compile", "--out", str(tmp_path)])
     lines = capsys.readouterr().out.splitlines()

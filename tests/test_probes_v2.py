@@ -12,14 +12,14 @@ import test_init
 import torch
 import torch.nn.functional as F
 
-from prism_rec.probes.__main__ import main as probe_main
-from prism_rec.probes.grid import (PAPER_COLUMNS, SEEDS, SWEEP_LENGTHS, SWEEP_MODELS, TABLE_MODELS, grid_runs,
+from prism_rec.cli import main
+from prism_rec.experiments.probes.grid import (PAPER_COLUMNS, SEEDS, SWEEP_LENGTHS, SWEEP_MODELS, TABLE_MODELS, grid_runs,
                                    product_runs)
-from prism_rec.probes.manifest import CHECKPOINTS_NAME, PROTOCOL, load_manifest, save_manifest
-from prism_rec.probes.model import PROBE_BACKBONES, ProbeModel, build_probe_backbone
-from prism_rec.probes.report import write_grid_report
-from prism_rec.probes.runner import run_probes
-from prism_rec.probes.tasks import TASKS
+from prism_rec.experiments.probes.manifest import CHECKPOINTS_NAME, PROTOCOL, load_manifest, save_manifest
+from prism_rec.experiments.probes.model import PROBE_BACKBONES, ProbeModel, build_probe_backbone
+from prism_rec.experiments.probes.report import write_grid_report
+from prism_rec.experiments.probes.runner import run_probes
+from prism_rec.experiments.probes.tasks import TASKS
 from prism_rec.registry import list_backbones
 
 PRESET = "transformer-authors-probe"
@@ -162,8 +162,8 @@ def test_the_report_from_a_synthetic_manifest(tmp_path):
     assert f"| parity | {one} | {one} | {one} | 0.510 ± 0.010 (0/3) |" in paper
     assert "| 1.00 | 0.49 | 1.00 |" in paper  # the paper's figures beside ours
     assert f"{len(entries) - 1} of the {len(runs)} planned runs" in text and "1 earlier" in text
-    assert "landed (`prism_rec/init.py`" in text and "Median wall time of a run: 101 s (412 runs)" in text
-    assert "Training step compile mode (prism_rec/compile.py; float rounding apart, the same training): off (412 runs)." in text
+    assert "landed (`prism_rec/models/init.py`" in text and "Median wall time of a run: 101 s (412 runs)" in text
+    assert "Training step compile mode (prism_rec/training/compile.py; float rounding apart, the same training): off (412 runs)." in text
     claims = {line.split(" | ")[0].strip("| "): line.split(" | ")[-1] for line in paper.splitlines()
               if line.startswith("| ") and "checks" in line or line.endswith("holds |")}
     assert claims["parity"].startswith("holds")
@@ -177,8 +177,8 @@ def test_the_report_from_a_synthetic_manifest(tmp_path):
 
 def test_the_grid_cli_refuses_setting_options_and_a_spent_budget_writes_the_report(tmp_path, capsys):
     with pytest.raises(SystemExit, match="--grid: the grid fixes its settings; drop --steps"):
-        probe_main(["--grid", "--steps", "5", "--out", str(tmp_path)])
-    probe_main(["--grid", "--device", "cpu", "--time-budget", "1e-9", "--out", str(tmp_path), "--no-mlflow"])
+        main(["probe", "--grid", "--steps", "5", "--out", str(tmp_path)])
+    main(["probe", "--grid", "--device", "cpu", "--time-budget", "1e-9", "--out", str(tmp_path), "--no-mlflow"])
     report = (tmp_path / "probes.md").read_text()
     assert "0 of the 420 planned runs" in report and "Not finished in this invocation: 420 runs" in report
     assert "Command: `prism-rec probe --device cpu --compile graphs --workers 1 --time-budget 1e-09 --out" in report

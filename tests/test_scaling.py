@@ -5,8 +5,8 @@ from __future__ import annotations
 import mlflow
 import pytest
 
-from prism_rec import scaling
-from prism_rec.tracking import experiment_id
+from prism_rec.experiments import scaling
+from prism_rec.tracking.store import experiment_id
 
 
 def log_child(model: str, world_size: int, tokens_per_s: float, auc: float, settings: str = "h1",

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from prism_rec import split_study
-from prism_rec.case_ranks import encode
-from prism_rec.headline_protocol import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL
-from prism_rec.metrics import METRIC_NAMES
+from prism_rec.experiments import split_study
+from prism_rec.tracking.case_ranks import encode
+from prism_rec.experiments.headline.protocol import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL
+from prism_rec.training.metrics import METRIC_NAMES
 from prism_rec.files import read_jsonl
-from prism_rec.records import append_jsonl, make_record
+from prism_rec.tracking.records import append_jsonl, make_record
 
 MODELS = ("sasrec", "prism")
 RATES = {"sasrec": 3e-3, "prism": 1e-3}
@@ -63,7 +63,7 @@ def study(tmp_path, monkeypatch):
 
 
 def test_time_split_runs_take_the_leave_one_out_rate_and_resume(tmp_path, study):
-    counts = split_study.run_study(tmp_path / "out", 1, None, "cpu", "python -m prism_rec.split_study run")
+    counts = split_study.run_study(tmp_path / "out", 1, None, "cpu", "prism-rec split-study run")
     assert counts["finished"] == 6
     assert {(job.model, job.config.lr, job.split) for job in study.jobs} == {("sasrec", 3e-3, "time"), ("prism", 1e-3, "time")}
     assert sorted(job.config.seed for job in study.jobs) == [0, 0, 1, 1, 2, 2]
@@ -82,9 +82,9 @@ def test_a_cell_without_a_chosen_rate_is_refused_before_training(tmp_path, study
 
 
 def test_the_table_sets_both_splits_side_by_side(tmp_path, study):
-    split_study.run_study(study.results, 1, None, "cpu", "python -m prism_rec.split_study run --out X")
+    split_study.run_study(study.results, 1, None, "cpu", "prism-rec split-study run --out X")
     text = split_study.write_table(study.results).read_text()
     assert "| sasrec | 0.8000 (1 seed) |" in text and "0.7000 ± 0.0000 (3) |" in text
-    assert "| prism − sasrec |" in text and "python -m prism_rec.split_study run --out X" in text
+    assert "| prism − sasrec |" in text and "prism-rec split-study run --out X" in text
     users, auc, cases = split_study.per_user_auc(encode(np.array([2, 0, 2]), np.array([0, 20, 10]), 11))
     assert users.tolist() == [0, 2] and auc.tolist() == [0.0, 0.75] and cases.tolist() == [1, 2]

@@ -1,4 +1,4 @@
-"""Bootstrap intervals and paired differences over test users (prism_rec/stats.py) on cases with known answers."""
+"""Bootstrap intervals and paired differences over test users (prism_rec/tracking/bootstrap.py) on cases with known answers."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from prism_rec.stats import bootstrap_mean_ci, paired_difference, seed_mean
+from prism_rec.tracking.bootstrap import bootstrap_mean_ci, paired_difference, seed_mean
 
 
 def test_the_interval_is_scipys_percentile_bootstrap_of_the_seed_means():

@@ -2,9 +2,9 @@
 
 import pandas as pd
 
-from prism_rec.metrics import METRIC_NAMES
-from prism_rec import tables
-from prism_rec.tables import markdown_table, summarise
+from prism_rec.training.metrics import METRIC_NAMES
+from prism_rec.tracking import tables
+from prism_rec.tracking.tables import markdown_table, summarise
 
 
 def fake_runs():
@@ -34,7 +34,7 @@ def test_summary_and_markdown_columns_line_up():
 
 def test_tables_keep_only_the_newest_protocol(store, tiny, run_cli):
     """A later benchmark with other shared settings (epochs here) hides the earlier runs from the table."""
-    from prism_rec.tables import finished_child_runs
+    from prism_rec.tracking.tables import finished_child_runs
 
     run_cli("bench", "--models", "sasrec", "--seeds", "1", "--results-dir", str(store / "r"), *tiny)
     run_cli("bench", "--models", "sasrec", "--seeds", "1", "--results-dir", str(store / "r"), *tiny, "--epochs", "1")

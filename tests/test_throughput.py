@@ -1,4 +1,4 @@
-"""`python -m prism_rec.throughput` end to end in its tiny CPU configuration: report, plot, MLflow runs,
+"""`prism-rec throughput` end to end in its tiny CPU configuration: report, plot, MLflow runs,
 over-time and out-of-memory cases, option errors."""
 
 from pathlib import Path
@@ -7,7 +7,8 @@ import mlflow
 import pytest
 import torch
 
-from prism_rec import throughput
+from prism_rec.cli import main
+from prism_rec.experiments import throughput
 
 TINY = ["--config", "tiny", "--device", "cpu"]
 
@@ -15,7 +16,7 @@ TINY = ["--config", "tiny", "--device", "cpu"]
 def test_tiny_run_writes_report_plot_and_mlflow_runs(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    throughput.main([*TINY, "--models", "sasrec,gated_deltanet", "--results-dir", str(tmp_path), "--mlflow", "on"])
+    main(["throughput", *TINY, "--models", "sasrec,gated_deltanet", "--results-dir", str(tmp_path), "--mlflow", "on"])
 
     report = (tmp_path / "throughput-tiny.md").read_text()
     assert "Produced by: `prism-rec throughput --models sasrec,gated_deltanet --config tiny" in report
@@ -74,22 +75,23 @@ def test_spent_total_budget_marks_cases_not_run(tmp_path):
     (["--steps", "0"], "option --steps"),
     (["--total-budget", "0"], "option --total-budget"),
 ])
-def test_option_errors_name_the_option(arguments, message, tmp_path):
-    with pytest.raises(SystemExit, match=message):
-        throughput.main([*TINY, "--results-dir", str(tmp_path), "--mlflow", "off", *arguments])
+def test_option_errors_name_the_option(arguments, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:  # an OptionError is printed (status 2), other errors are the exit message
+        main(["throughput", *TINY, "--results-dir", str(tmp_path), "--mlflow", "off", *arguments])
+    assert message in f"{stop.value.code} {capsys.readouterr().err}"
     assert not Path(tmp_path / "throughput-tiny.md").exists()
 
 
 def test_import_store_copies_runs_once_and_redraws_the_plot(tmp_path, monkeypatch):
     device_store, local_store = f"sqlite:///{tmp_path / 'device.db'}", f"sqlite:///{tmp_path / 'local.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", device_store)
-    throughput.main([*TINY, "--models", "sasrec", "--results-dir", str(tmp_path / "device"), "--mlflow", "on"])
+    main(["throughput", *TINY, "--models", "sasrec", "--results-dir", str(tmp_path / "device"), "--mlflow", "on"])
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", local_store)
     mlflow.set_tracking_uri(local_store)
-    throughput.main(["--import-store", device_store, "--results-dir", str(tmp_path / "local")])
-    throughput.main(["--import-store", device_store, "--results-dir", str(tmp_path / "local")])  # a no-op
-    throughput.main(["--import-store", local_store, "--results-dir", str(tmp_path / "local")])  # into itself: too
+    main(["throughput", "--import-store", device_store, "--results-dir", str(tmp_path / "local")])
+    main(["throughput", "--import-store", device_store, "--results-dir", str(tmp_path / "local")])  # a no-op
+    main(["throughput", "--import-store", local_store, "--results-dir", str(tmp_path / "local")])  # into itself: too
     runs = mlflow.search_runs(experiment_names=["throughput"])
     assert sorted(runs["tags.mlflow.runName"]) == ["sasrec lm-tiny", "sasrec recsys-tiny"]
     source = mlflow.MlflowClient(tracking_uri=device_store)
@@ -104,7 +106,7 @@ def test_import_store_copies_runs_once_and_redraws_the_plot(tmp_path, monkeypatc
 def test_import_store_without_runs_names_the_option(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'local.db'}")
     with pytest.raises(SystemExit, match=f"option --import-store: no such file {tmp_path / 'typo.db'}"):
-        throughput.main(["--import-store", f"sqlite:///{tmp_path / 'typo.db'}"])
+        main(["throughput", "--import-store", f"sqlite:///{tmp_path / 'typo.db'}"])
     mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'empty.db'}").search_experiments()  # creates the store
     with pytest.raises(SystemExit, match="option --import-store: no finished runs of experiment 'throughput'"):
-        throughput.main(["--import-store", f"sqlite:///{tmp_path / 'empty.db'}"])
+        main(["throughput", "--import-store", f"sqlite:///{tmp_path / 'empty.db'}"])

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from prism_rec.baselines.titans import NeuralMemoryLayer, SlidingWindowAttention, Titans
-from prism_rec.nn import l2norm
+from prism_rec.models.nn import l2norm
 
 
 def memory(weights, x):

@@ -7,7 +7,7 @@ import torch
 from prism_rec.baselines.transformer_pp import (
     RotaryAttention, TransformerPP, apply_rotary, rotary_angles,
 )
-from prism_rec.nn import PreNormStack, SwiGLU, positions_from_first_item
+from prism_rec.models.nn import PreNormStack, SwiGLU, positions_from_first_item
 
 
 def rotate_by_definition(vector, position, base=10000.0):

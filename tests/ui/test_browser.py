@@ -14,7 +14,7 @@ import mlflow
 import pytest
 
 from prism_rec.paths import PROJECT_ROOT
-from prism_rec.tracking import ui_links
+from prism_rec.tracking.store import ui_links
 
 SCREENSHOTS = PROJECT_ROOT / "build" / "ui"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

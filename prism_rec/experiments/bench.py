@@ -1,0 +1,446 @@
+"""``prism-rec bench``: train every (model, seed) on one dataset, log to MLflow, write the AUC table.
+
+One MLflow experiment per dataset, one parent run per invocation, one child run ``<model>-s<seed>``
+per training with every setting as a param as it ran (:func:`run_settings`: the resolved device, precision
+and compile mode, every backbone option with its default filled in; also config.json), per-epoch metrics
+at step = epoch (1-based, like best_epoch), final test metrics, cost figures and a learning-curve PNG. The
+parent run carries the comparison of its children (:func:`_log_comparison`): per-model summary metrics,
+the AUC table and chart (sorted, with 95% intervals over test users and n) and every model's learning
+curves on shared axes. The user's AUC table of the store goes to results/local/<dataset>/ (git-ignored);
+the published tables in results/<dataset>/ are never written here.
+
+Every option is checked before anything is loaded or logged (:func:`check_bench_options`, which builds
+each backbone once): a bad one raises :class:`OptionError`. Training writes a checkpoint after every
+epoch; an interrupted run (Ctrl-C, SIGTERM, SIGHUP) saves one and ends KILLED, a crashed one FAILED; the
+other models still run after a crash and the command then fails (:class:`BenchFailures`). Runs left
+RUNNING by a process killed outright (SIGKILL, the OOM killer) are marked KILLED by the next bench of
+their dataset. ``resume=True`` continues every (model, seed) that has a checkpoint from it, in the
+child run that wrote it where that is the newest KILLED benchmark with the same settings (whose
+finished children are kept), else in a new one; without ``resume`` a checkpoint of these settings is
+refused, so that it is never overwritten by accident.
+Under torchrun every process trains, and only rank 0 talks to MLflow and writes files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import re
+import shlex
+import signal
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..training import distributed
+from ..training.checkpoint import CHECKPOINT_DIR, checkpoint_file, silence_closed_terminal
+from ..training.config import config_hash
+from ..data.core import DataError, check_options as check_data_options
+from ..data.sources import load_dataset
+from ..errors import BenchFailures, OptionError
+from ..training.compile import resolve_compile
+from ..training.metrics import METRIC_NAMES
+from ..paths import RESULTS_DIR
+from ..tracking.plots import auc_bar_chart, learning_curve, learning_curves
+from ..tracking.records import CASE_RANKS_ARTIFACT, case_ranks_entry, dataset_stats_tag, final_metrics, run_hash
+from ..registry import backbone_entry, build_backbone, get_dataset
+from ..tracking.tables import LOCAL_RESULTS_DIR, markdown_table, spread_note, summarise, \
+    with_test_user_intervals, write_tables
+from ..tracking.store import end_runs_of_dead_processes, experiment_id, process_tags, provenance_tags
+from ..training.trainer import fit, read_checkpoint
+from ..training.devices import resolve_device
+from ..training.config import TrainConfig
+
+FINISHED, RESUME, FRESH = "finished", "resume", "fresh"
+SHARED_BACKBONE_SETTINGS = ("d_model", "n_layers", "n_heads", "dropout")  # TrainConfig's, passed to every backbone
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass
+class Planned:
+    """What a bench does with one (model, seed): keep a finished run, or resume from its checkpoint (in the
+    child run ``child_id``, or a new one), with the ``history`` rows the checkpoint holds."""
+
+    action: str
+    child_id: str | None = None
+    history: list = field(default_factory=list)
+
+
+def _raise_interrupt(signum, frame):
+    if signum == signal.SIGHUP:
+        silence_closed_terminal()
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def check_bench_options(dataset_name: str, models: list[str], config: TrainConfig, data_options: dict) -> None:
+    """Every option of a bench, checked before anything is loaded: the training settings, the device, the
+    data options, and each model's backbone built once with the shared settings and ``--option`` values.
+    Raises :class:`OptionError` naming the option at fault."""
+    try:
+        config.validate()
+        resolve_device(config.device)
+        source = get_dataset(dataset_name)
+    except KeyError as error:
+        raise OptionError(f"option --dataset: {error.args[0]}") from None
+    except ValueError as error:
+        raise OptionError(str(error)) from None
+    thresholds = {name: getattr(source, name) if data_options.get(name) is None else data_options[name]
+                  for name in ("min_user_interactions", "min_item_interactions")}
+    try:
+        check_data_options(data_options.get("split", "loo"), data_options.get("dedup", "none"), **thresholds)
+    except DataError as error:
+        raise OptionError(str(error)) from None
+    for model in models:
+        _check_backbone(model, config)
+
+
+def _check_backbone(model: str, config: TrainConfig) -> None:
+    """Build ``model``'s backbone with the run's settings; an error names the option to blame."""
+    shared = {"d_model": config.d_model, "n_layers": config.n_layers, "n_heads": config.n_heads,
+              "dropout": config.dropout}
+    options = config.backbone_options
+    factory = backbone_entry(model).factory
+    parameters = inspect.signature(factory).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        for key, value in options.items():
+            if key not in parameters:
+                taken = ", ".join(name for name in parameters if name not in shared) or "none"
+                raise OptionError(f"option --option {key}={value}: backbone {model} has no option {key!r} "
+                                  f"(its options: {taken})")
+    try:
+        build_backbone(model, **shared, **options)
+    except Exception as error:  # whatever a constructor raises for a value it cannot take
+        message = str(error).removeprefix(f"{model}: ")
+        raise OptionError(f"{_blamed_option(message, config)}: backbone {model}: {message}") from None
+
+
+def _blamed_option(message: str, config: TrainConfig) -> str:
+    """The option that ``message`` names: an ``--option`` first, then a shared setting off its default,
+    then any shared setting; "options" when it names none."""
+    defaults = TrainConfig()
+    candidates = [(key, f"--option {key}={value}") for key, value in config.backbone_options.items()]
+    shared = [(name, f"--{name.replace('_', '-')} {getattr(config, name)}")
+              for name in ("n_heads", "d_model", "n_layers", "dropout")]
+    candidates += sorted(shared, key=lambda item: getattr(config, item[0]) == getattr(defaults, item[0]))
+    for name, option in candidates:
+        if re.search(rf"\b{re.escape(name)}\b", message):
+            return f"option {option}"
+    return "options"
+
+
+def backbone_options(model: str, config: TrainConfig) -> dict:
+    """Every option of ``model``'s backbone as it is built: the factory's defaults, then the registered
+    preset's, then ``config.backbone_options`` (the settings TrainConfig shares with every backbone left out)."""
+    entry = backbone_entry(model)
+    defaults = {name: parameter.default for name, parameter in inspect.signature(entry.factory).parameters.items()
+                if parameter.default is not inspect.Parameter.empty and name not in SHARED_BACKBONE_SETTINGS}
+    return {**defaults, **entry.defaults, **config.backbone_options}
+
+
+def run_settings(model: str, config: TrainConfig, device, distributed: bool = False) -> dict:
+    """``config.params()`` as the run trains on ``device``: the device itself (not "auto"), the precision it
+    computes in (bf16 autocast only on CUDA, fp32 on the CPU), the compile mode that ``config.compile``
+    resolves to, and every backbone option (:func:`backbone_options`) as ``backbone.<name>``."""
+    params = {key: value for key, value in config.params().items() if not key.startswith("backbone.")}
+    params.update(device=str(device), precision=config.precision if device.type == "cuda" else "fp32",
+                  compile=resolve_compile(config.compile, device, distributed))
+    params.update({f"backbone.{key}": value for key, value in sorted(backbone_options(model, config).items())})
+    return params
+
+
+def cpu_threads(option: str) -> int:
+    """The CPU threads to train with for ``--threads``: a count, or "auto": OMP_NUM_THREADS where it is set
+    (torchrun sets it), else 1. The count changes how reductions split, so runs with other counts may
+    differ in the last bits (measured: train loss 7.0863448786 on 1 thread, 7.0863447976 on 2); a fixed
+    default keeps the same command's metrics identical on every machine, whatever its load. One thread also
+    holds its speed on a shared machine, where PyTorch's OpenMP threads slow down several-fold beside busy
+    processes (2-core machine, gated_deltanet on ml-100k: 2 threads 26.7K tokens/s idle and 8.2K beside
+    one busy process, 1 thread 15.8K and 15.3K); pass a count to use more cores."""
+    if option != "auto":
+        if not option.isdigit() or int(option) < 1:
+            raise OptionError(f"option --threads: expected 'auto' or a count >= 1, got {option!r}")
+        return int(option)
+    if os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads()
+    return 1
+
+
+def bench(dataset_name: str, models: list[str], seeds: list[int], config: TrainConfig,
+          data_options: dict | None = None, results_dir=LOCAL_RESULTS_DIR, command: str | None = None,
+          resume: bool = False, checkpoint_dir: Path = CHECKPOINT_DIR) -> dict:
+    """Run the benchmark; returns {(model, seed): result} of the runs trained (and finished) now."""
+    data_options = data_options or {}
+    check_bench_options(dataset_name, models, config, data_options)
+    world = distributed.start(resolve_device(config.device))
+    previous_handlers = {number: signal.signal(number, _raise_interrupt) for number in STOP_SIGNALS}
+    try:
+        return _bench(world, dataset_name, models, seeds, config, data_options, Path(results_dir),
+                      command or "prism-rec " + " ".join(shlex.quote(a) for a in sys.argv[1:]), resume,
+                      Path(checkpoint_dir))
+    finally:
+        for number, handler in previous_handlers.items():
+            signal.signal(number, handler)
+        distributed.stop(world)
+
+
+def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds: list[int], config: TrainConfig,
+           data_options: dict, results_dir: Path, command: str, resume: bool, checkpoint_dir: Path) -> dict:
+    if not world.is_main:  # rank 0 prepares (and caches) the dataset first
+        world.barrier()
+    dataset = load_dataset(dataset_name, **data_options)
+    if world.is_main:
+        world.barrier()
+    keys = [(model, seed) for model in models for seed in seeds]
+
+    def run_hash_for(model: str, seed: int) -> str:
+        return run_hash(dataset_name, dataset.options, model, replace(config, seed=seed))
+
+    def checkpoint_for(model: str, seed: int) -> Path:
+        return checkpoint_file(dataset_name, model, seed, run_hash_for(model, seed), checkpoint_dir)
+
+    if not world.is_main:
+        actions = world.broadcast_object(None)
+        if isinstance(actions, Exception):
+            raise actions
+        return _train_silently(world, dataset, keys, config, actions, checkpoint_for)
+    import mlflow
+
+    experiment = experiment_id(dataset_name)
+    bench_hash = config_hash({"dataset": dataset_name, "data": dataset.options, "models": models, "seeds": seeds,
+                              "train": replace(config, seed=0).identity()})
+    try:
+        for name in end_runs_of_dead_processes(experiment):
+            print(f"run {name} was left RUNNING by a process that no longer runs: marked KILLED")
+        parent_id, plan = _plan(experiment, bench_hash, keys, run_hash_for, checkpoint_for, resume, dataset, config,
+                                 world.size)
+    except Exception as error:
+        world.broadcast_object(error)
+        raise
+    world.broadcast_object({key: planned.action for key, planned in plan.items()})
+    if resume and parent_id is None and not plan:
+        print(f"--resume: nothing interrupted with these settings in experiment {dataset_name!r}; starting anew")
+
+    stats = dataset.stats()
+    print(f"{dataset_name}: {stats['users']:,} users, {stats['items']:,} items, "
+          f"{stats['interactions']:,} interactions, split {dataset.options['split']}"
+          + (f"; {world.size} data-parallel processes" if world.distributed else ""))
+    device = world.device(resolve_device(config.device))
+    tags = {**provenance_tags(device), **process_tags(), "dataset": dataset_name, "command": command,
+            "world_size": str(world.size), "dataset_stats": dataset_stats_tag(dataset)}
+    results, failures, started = {}, [], time.perf_counter()
+    with _mlflow_run(run_id=parent_id, experiment_id=None if parent_id else experiment,
+                     run_name=None if parent_id else f"bench-{time.strftime('%Y%m%d-%H%M%S')}",
+                     tags={**tags, "prism_rec_role": "parent", "config_hash": bench_hash}) as parent:
+        if parent_id is None:
+            mlflow.log_params({"dataset": dataset_name, "models": ",".join(models), "seeds": len(seeds),
+                               "seed_values": ",".join(map(str, seeds)), "device": str(device),
+                               **{f"data.{k}": v for k, v in dataset.options.items()}})
+        for index, (model, seed) in enumerate(keys, start=1):
+            path = checkpoint_for(model, seed)
+            planned = plan.get((model, seed), Planned(FRESH))
+            if planned.action == FINISHED:
+                print(f"[{index}/{len(keys)}] {model} seed {seed}: finished before the interruption, kept")
+                continue
+            print(f"[{index}/{len(keys)}] {model} seed {seed}"
+                  + (f": resuming from {path} ({len(planned.history)} epoch(s) done)" if planned.action == RESUME else ""))
+            child_tags = {**tags, "prism_rec_role": "child", "model": model, "seed": str(seed),
+                          "config_hash": run_hash_for(model, seed), "mlflow.parentRunId": parent.info.run_id}
+            try:
+                with _mlflow_run(run_id=planned.child_id, experiment_id=None if planned.child_id else experiment,
+                                 run_name=f"{model}-s{seed}", nested=True, tags=child_tags) as child:
+                    result = _train_child(world, dataset, dataset_name, model, replace(config, seed=seed), planned,
+                                          path, child.info.run_id, device)
+            except KeyboardInterrupt:
+                if path.exists():
+                    print(f"\ninterrupted: checkpoint {path}; continue with --resume (make bench ... RESUME=1)",
+                          file=sys.stderr)
+                raise
+            except Exception as error:  # a crashing backbone must not take the others down
+                traceback.print_exc()
+                failures.append(f"{model} seed {seed}: {type(error).__name__}: {error}")
+                continue
+            path.unlink(missing_ok=True)  # after the run ended FINISHED: a kill in between keeps both
+            results[(model, seed)] = result
+        if results or any(planned.action == FINISHED for planned in plan.values()):
+            comparison = _log_comparison(experiment, parent.info.run_id, dataset_name)
+            print()
+            print(comparison)
+            markdown, csv, chart = write_tables(dataset_name, results_dir)
+            print(f"\nYour AUC table (every finished run of this protocol in the store): {markdown} and {csv}, "
+                  f"chart {chart}")
+            print(f"Published headline tables (H200, not touched by bench): {RESULTS_DIR / dataset_name / 'auc.md'}")
+            print(f"This bench's comparison: MLflow parent run {parent.info.run_id} (`make ui` prints its links)")
+            print(f"{len(results)} training run(s) in {time.perf_counter() - started:.0f} s")
+        if failures:
+            mlflow.set_tag("failures", "; ".join(failures)[:4000])
+    if failures:
+        raise BenchFailures(f"{len(failures)} run(s) failed (tracebacks above): " + "; ".join(failures))
+    return results
+
+
+@contextlib.contextmanager
+def _mlflow_run(**kwargs):
+    """``mlflow.start_run(**kwargs)`` that ends KILLED on an interruption and FAILED (with an ``error``
+    tag) on an exception, FINISHED otherwise."""
+    import mlflow
+
+    run = mlflow.start_run(**kwargs)
+    try:
+        yield run
+    except KeyboardInterrupt:
+        mlflow.end_run(status="KILLED")
+        raise
+    except BaseException as error:
+        mlflow.set_tag("error", f"{type(error).__name__}: {error}"[:4000])
+        mlflow.end_run(status="FAILED")
+        raise
+    mlflow.end_run()
+
+
+def _train_child(world: distributed.World, dataset, dataset_name: str, model: str, run_config: TrainConfig,
+                 planned: Planned, path: Path, run_id: str, device) -> dict:
+    """Train one (model, seed) inside its active child run: params (a new run; a resumed one loses the
+    error tag of a crash), the epochs a resumed checkpoint holds that the run lacks, config.json,
+    per-epoch metrics (step = epoch, 1-based), then the result."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    settings = run_settings(model, run_config, device, world.distributed)
+    if planned.child_id is None:
+        mlflow.log_params({"model": model, **{f"data.{k}": v for k, v in dataset.options.items()}, **settings})
+    elif "error" in client.get_run(run_id).data.tags:  # a crashed run resumed: its error is history
+        client.delete_tag(run_id, "error")
+    logged = {metric.step for metric in client.get_metric_history(run_id, "valid_auc")}
+    for epoch, row in enumerate(planned.history, start=1):
+        if epoch not in logged:
+            mlflow.log_metrics(row, step=epoch)
+    train = {**asdict(run_config), **{key: settings[key] for key in ("device", "precision", "compile")},
+             "backbone_options": backbone_options(model, run_config)}
+    mlflow.log_dict({"model": model, "dataset": dataset_name, "data": dataset.options, "train": train,
+                     "world_size": world.size}, "config.json")
+    result = fit(dataset, model, run_config,
+                 on_epoch=lambda epoch, metrics: mlflow.log_metrics(metrics, step=epoch + 1),
+                 checkpoint_path=path, resume=planned.action == RESUME, world=world)
+    _log_result(result, f"{dataset_name} {model} seed {run_config.seed}")
+    return result
+
+
+def _log_result(result: dict, title: str) -> None:
+    import mlflow
+
+    mlflow.log_metrics(final_metrics(result))
+    mlflow.log_dict(case_ranks_entry(result), CASE_RANKS_ARTIFACT)
+    mlflow.log_figure(learning_curve(result["history"], title, result["best_epoch"]), "learning_curve.png")
+    print(f"    test AUC {result['test']['auc']:.4f}  Hit@10 {result['test']['hit_10']:.4f}  "
+          f"best epoch {result['best_epoch']}/{result['epochs_run']}  "
+          f"{result['train_tokens_per_s']:,.0f} tokens/s  {result['wall_seconds']:.1f} s")
+
+
+def _log_comparison(experiment: str, parent_id: str, dataset_name: str) -> str:
+    """Log onto the active parent run the comparison of its finished children: metrics
+    ``test_<metric>_mean/<model>``, ``test_auc_ci_low|high/<model>``, ``n_seeds/<model>`` and
+    ``n_test_users/<model>``; artifacts auc.md, auc.csv, auc.png (sorted, 95% intervals over test users, n)
+    and learning_curves.png (every model on shared axes, best epochs starred). Returns the Markdown table."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    children = mlflow.search_runs([experiment], order_by=["tags.model", "tags.seed"],
+                                  filter_string=f"tags.prism_rec_role = 'child' and tags.mlflow.parentRunId = "
+                                                f"'{parent_id}' and attributes.status = 'FINISHED'")
+    summary = with_test_user_intervals(summarise(children), children)
+    metrics = {}
+    for _, row in summary.iterrows():
+        model = row["model"]
+        metrics.update({f"test_{name}_mean/{model}": row[f"{name}_mean"] for name in METRIC_NAMES})
+        metrics.update({f"n_seeds/{model}": row["n_seeds"], f"n_test_users/{model}": row["n_users"],
+                        f"test_auc_ci_low/{model}": row["auc_ci_low"], f"test_auc_ci_high/{model}": row["auc_ci_high"]})
+    mlflow.log_metrics({key: float(value) for key, value in metrics.items() if value == value})  # NaN: unknown
+    histories = {}
+    for _, child in children.iterrows():
+        rows = {name: client.get_metric_history(child["run_id"], name) for name in ("train_loss", "valid_auc")}
+        history = [{"train_loss": loss.value, "valid_auc": auc.value} for loss, auc in
+                   zip(sorted(rows["train_loss"], key=lambda m: m.step), sorted(rows["valid_auc"], key=lambda m: m.step))]
+        histories.setdefault(child["tags.model"], []).append((history, int(child["metrics.best_epoch"])))
+    table = f"# {dataset_name}: this bench's test metrics\n\n{spread_note(summary)}\n\n{markdown_table(summary)}\n"
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "auc.md").write_text(table)
+        summary.to_csv(Path(folder) / "auc.csv", index=False, float_format="%.6f")
+        auc_bar_chart(summary, f"{dataset_name}: full-ranking test AUC", Path(folder) / "auc.png")
+        mlflow.log_artifacts(folder)
+    mlflow.log_figure(learning_curves(histories, f"{dataset_name}: learning curves of this bench"),
+                      "learning_curves.png")
+    return table
+
+
+def _train_silently(world: distributed.World, dataset, keys: list[tuple[str, int]], config: TrainConfig,
+                    actions: dict, checkpoint_for: Callable[[str, int], Path]) -> dict:
+    """What a rank other than 0 does: the same trainings in step with rank 0, without MLflow or files."""
+    for model, seed in keys:
+        action = actions.get((model, seed))
+        if action == FINISHED:
+            continue
+        try:
+            fit(dataset, model, replace(config, seed=seed), checkpoint_path=checkpoint_for(model, seed),
+                resume=action == RESUME, world=world)
+        except Exception:  # rank 0 reports the failure and carries on with the next run, and so do we
+            continue
+    return {}
+
+
+def _plan(experiment: str, bench_hash: str, keys: list[tuple[str, int]], run_hash_for: Callable[[str, int], str],
+          checkpoint_for: Callable[[str, int], Path], resume: bool, dataset, config: TrainConfig,
+          world_size: int) -> tuple[str | None, dict[tuple[str, int], Planned]]:
+    """The parent run to reopen (None: a new one) and what to do with each (model, seed) that is not
+    trained from scratch. Refuses a run that a live process of this host trains, a checkpoint without
+    ``resume``, and an unreadable or foreign checkpoint, each with a message naming it."""
+    import mlflow
+
+    hashes = {run_hash_for(*key): key for key in keys}
+    running = mlflow.search_runs([experiment], filter_string="attributes.status = 'RUNNING' and "
+                                 f"tags.prism_rec_role = 'child' and tags.prism_rec_host = '{socket.gethostname()}'")
+    for _, run in running.iterrows():  # runs of dead processes were marked KILLED just before
+        if run["tags.config_hash"] in hashes:
+            model, seed = hashes[run["tags.config_hash"]]
+            raise ValueError(f"{model} seed {seed} is being trained by process {run['tags.prism_rec_pid']} "
+                             f"(MLflow run {run['run_id']}); wait for it or stop it")
+    checkpoints = {key: checkpoint_for(*key) for key in keys if checkpoint_for(*key).exists()}
+    if not resume:
+        if checkpoints:
+            raise OptionError(f"option --resume: {len(checkpoints)} interrupted run(s) with these settings have a "
+                              f"checkpoint ({', '.join(map(str, checkpoints.values()))}); continue with --resume "
+                              "(make bench ... RESUME=1), or delete the file(s) to train from scratch")
+        return None, {}
+    parents = mlflow.search_runs(
+        experiment_ids=[experiment], max_results=1, order_by=["attributes.start_time DESC"],
+        filter_string=f"tags.prism_rec_role = 'parent' and tags.config_hash = '{bench_hash}' "
+                      "and attributes.status = 'KILLED'")
+    parent_id = None if parents.empty else parents["run_id"].iloc[0]
+    children = {}
+    if parent_id is not None:
+        found = mlflow.search_runs(
+            experiment_ids=[experiment], order_by=["attributes.start_time DESC"],
+            filter_string=f"tags.prism_rec_role = 'child' and tags.mlflow.parentRunId = '{parent_id}'")
+        for _, child in found.iterrows():
+            key = hashes.get(child["tags.config_hash"])
+            if key is not None and key not in children:
+                children[key] = (child["status"], child["run_id"])
+    plan = {}
+    for key in keys:
+        status, child_id = children.get(key, (None, None))
+        if status == "FINISHED":  # killed after the run ended, before its checkpoint was deleted
+            plan[key] = Planned(FINISHED, child_id)
+            if key in checkpoints:
+                checkpoints.pop(key).unlink()
+        elif key in checkpoints:
+            state = read_checkpoint(checkpoints[key], dataset, replace(config, seed=key[1]), world_size)
+            plan[key] = Planned(RESUME, child_id if status in ("KILLED", "FAILED") else None,
+                                state["progress"]["history"])
+    return parent_id, plan

@@ -1,0 +1,411 @@
+"""The headline benchmark (protocol "headline-v2"): every registered backbone on the real subsets, its
+learning rate tuned on seed 0, 3 seeds at the chosen rate, on one GPU or several.
+
+``prism-rec headline run --out DIR`` trains the grid with N worker processes sharing one device, or
+several (``--device cuda:0,cuda:1``: worker i on the i-th, cyclically). The grid follows tuning.py:
+seed 0 of every base backbone at every rate of ``--lr-grid``; as soon as a base's grid is complete (in
+this call or an earlier one), its other seeds at the chosen rate and its presets' seeds (``prism-*`` take
+prism's rate) join the queue; ``pop`` runs once (seed 0; nothing to tune). Each finished run is appended
+to ``DIR/headline.records.jsonl`` (a full run record, see records.py), ``DIR/headline_v2_manifest.jsonl``
+(one line: keys, protocol, rate, settings hash, final metrics, cost) and
+``DIR/headline_v2_case_ranks.jsonl`` (its per-test-user ranks, case_ranks.py). Runs already in that
+manifest with the same settings are skipped, so a later call over a copy of the manifest continues the
+grid. Jobs go tuning runs first, then the runs at chosen rates, longest-first within each (the wall time
+seen earlier for the same cell, else interactions x backbone parameters scaled by the times seen), so
+the short ones fill the end of a budget. With ``--budget`` seconds
+a job starts only when that estimate (once any time has been seen), corrected by how long this call's
+finished runs took against theirs, ends before the deadline; jobs still running at it are abandoned,
+unrecorded. Manifest lines say how the runs shared the GPU (``gpu_sharing``: "mps" when the driver ran
+as a client of an NVIDIA MPS server, which lets kernels of several processes run at once).
+
+``merge OUT A B`` joins manifests (or case-ranks files) of several calls, each record once.
+``import DIR`` logs the records under DIR (a folder or one records file) into the MLflow store;
+``tables`` writes results/README.md and results/<dataset>/auc.md, .csv, .png and pareto.png from the v2
+manifest and case-ranks files alone (headline/report.py), never from the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from ... import registry
+from .. import tuning
+from ...data.sources import load_dataset
+from ...errors import OptionError
+from ...files import read_jsonl, write_jsonl
+from .protocol import (CASE_RANKS_NAME, DATASETS, MANIFEST_NAME, PROTOCOL, SEEDS, backbone_parameters,
+                                training_config)
+from ..jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
+from ...options import resolve_models
+from ...tracking.records import RECORDS_SUFFIX, append_jsonl, import_records, make_record, run_hash
+from ...paths import RESULTS_DIR
+from ...tracking.store import provenance_tags
+from ...training.trainer import fit
+from ...training.devices import check_devices, resolve_device
+from ...training.config import TrainConfig
+
+UNTRAINED_RATE = 0.0  # the rate recorded for pop, which trains nothing
+DIVERGED = "diverged"
+RECORDS_NAME = f"headline{RECORDS_SUFFIX}"
+RESULTS_MANIFEST = RESULTS_DIR / MANIFEST_NAME
+RESULTS_CASE_RANKS = RESULTS_DIR / CASE_RANKS_NAME
+
+
+@dataclass(frozen=True)
+class HeadlineJob:
+    dataset: str
+    model: str
+    config: TrainConfig
+    run_hash: str
+    command: str
+    split: str = "loo"  # the dataset's split (data/core.py); split_study.py trains "time"
+
+    @property
+    def label(self) -> str:
+        split = "" if self.split == "loo" else f"/{self.split}"
+        return f"{self.dataset}{split}/{self.model}/lr{self.config.lr:g}/s{self.config.seed}"
+
+    @property
+    def tunes(self) -> bool:
+        """Whether this is a seed-0 run of a base backbone's rate grid (the runs that come first)."""
+        return (self.model not in tuning.UNTRAINED and self.config.seed == tuning.TUNING_SEED
+                and tuning.tuning_base(self.model) == self.model)
+
+
+@functools.lru_cache(maxsize=None)
+def _dataset(name: str, split: str):
+    return load_dataset(name, split=split)
+
+
+def train_cell(job: HeadlineJob) -> dict:
+    """Worker entry: train one cell; returns {"status": "finished", "record": ...}, or status "diverged"
+    when the scores were not finite before any epoch validated (a rate too high for the backbone)."""
+    dataset = _dataset(job.dataset, job.split)
+    started = time.time()
+    try:
+        result = fit(dataset, job.model, job.config)
+    except FloatingPointError as error:
+        return {"status": DIVERGED, "error": str(error)}
+    tags = {**provenance_tags(resolve_device(job.config.device)), "command": job.command,
+            "compile": job.config.compile}
+    return {"status": "finished", "record": make_record(dataset, job.model, job.config, result, tags, started)}
+
+
+def manifest_entry(record: dict) -> dict:
+    """The manifest line of a finished record: keys, settings hash, final metrics, cost, provenance."""
+    tags = record["tags"]
+    params = record["params"]
+    return {"dataset": record["experiment"], "model": tags["model"], "seed": int(tags["seed"]),
+            "protocol": PROTOCOL, "lr": float(params["lr"]), "epochs": int(params["epochs"]),
+            "patience": int(params["patience"]),
+            "config_hash": tags["config_hash"], "record_id": record["record_id"], **record["metrics"],
+            "machine": tags["machine"], "git_commit": tags["git_commit"], "command": tags["command"],
+            "compile": tags.get("compile", "off"),
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record["end_time_ms"] / 1000))}
+
+
+def diverged_entry(job: HeadlineJob) -> dict:
+    """The manifest line of a run whose scores were not finite before any validation: it counts as tried
+    (its rate loses the tuning, tuning.py) and is never rerun; it has no metrics."""
+    return {"dataset": job.dataset, "model": job.model, "seed": job.config.seed, "protocol": PROTOCOL,
+            "lr": job.config.lr, "epochs": job.config.epochs, "patience": job.config.patience,
+            "config_hash": job.run_hash, "record_id": uuid.uuid4().hex, "diverged": True,
+            "best_valid_auc": float("-inf"), "command": job.command,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions: dict[str, int],
+                     grid_hashes: set[str], jobs_per_device: float) -> tuple[dict[str, float], bool]:
+    """Expected wall seconds per job label, and whether any time was seen (if not, the figures only rank the
+    jobs). Seconds per epoch come from the same (dataset, model) in ``manifest`` among runs with the grid's
+    settings (``grid_hashes``: the settings hash of every cell, any seed), else interactions x backbone
+    parameters times the median seconds per epoch and unit seen; epochs from the runs of the same
+    (dataset, rate) (a lower rate trains for more epochs before its patience runs out), else of the dataset.
+    A time seen while ``jobs_per_device`` of the entry ran at once on its GPU counts in proportion to the
+    concurrency planned now (runs share the GPU's time)."""
+    per_epoch: dict[tuple[str, str], list[float]] = {}
+    epochs: dict[tuple[str, float], list[int]] = {}
+    for entry in manifest:
+        if entry["config_hash"] in grid_hashes and "wall_seconds" in entry:  # diverged runs have no time
+            sharing = jobs_per_device / entry.get("jobs_per_device", jobs_per_device)
+            per_epoch.setdefault((entry["dataset"], entry["model"]), []).append(
+                entry["wall_seconds"] * sharing / entry["epochs_run"])
+            epochs.setdefault((entry["dataset"], entry["lr"]), []).append(entry["epochs_run"])
+    parameters: dict[str, int] = {}
+    for job in jobs:
+        if job.model not in parameters:
+            parameters[job.model] = backbone_parameters(job.model, job.config)
+    scales = [statistics.fmean(seconds) / (interactions[d] * parameters[m])
+              for (d, m), seconds in per_epoch.items() if d in interactions and parameters.get(m)]  # pop has none
+    scale = statistics.median(scales) if scales else 1.0
+
+    def expected_epochs(job: HeadlineJob) -> float:
+        same_rate = epochs.get((job.dataset, job.config.lr))
+        dataset = [n for (d, _), runs in epochs.items() if d == job.dataset for n in runs]
+        return statistics.median(same_rate or dataset or [1])
+
+    def estimate(job: HeadlineJob) -> float:
+        seconds = per_epoch.get((job.dataset, job.model))
+        per = statistics.fmean(seconds) if seconds else scale * interactions[job.dataset] * parameters[job.model]
+        return per * expected_epochs(job)
+
+    return {job.label: estimate(job) for job in jobs}, bool(scales)
+
+
+def order_jobs(jobs: list[HeadlineJob], expected: dict[str, float]) -> list[HeadlineJob]:
+    """Tuning runs first (the others wait for their choice), then longest-first by ``expected`` seconds
+    (short jobs pack the end of a budget)."""
+    return sorted(jobs, key=lambda job: (not job.tunes, -expected[job.label]))
+
+
+class CorrectedEstimates:
+    """Expected seconds of a job: its prior estimate times the median ratio of actual to expected seconds
+    among the runs finished so far, once ``MIN_RUNS`` have (1 before), so a prior that scaled the times seen
+    at another concurrency, or without MPS, too pessimistically or too optimistically corrects itself as
+    runs end (waiting for a few keeps the first, shortest runs from setting it alone)."""
+
+    MIN_RUNS = 3
+
+    def __init__(self, prior: dict[str, float]):
+        self.prior, self.ratios = prior, []
+
+    def finished(self, job: HeadlineJob, seconds: float) -> None:
+        if self.prior[job.label] > 0:
+            self.ratios.append(seconds / self.prior[job.label])
+
+    def __call__(self, job: HeadlineJob) -> float:
+        correction = statistics.median(self.ratios) if len(self.ratios) >= self.MIN_RUNS else 1.0
+        return self.prior[job.label] * correction
+
+
+def gpu_sharing(device: str) -> str:
+    """How runs on ``device`` (a --device name; "auto" is resolved) share a GPU: "mps" when
+    CUDA_MPS_PIPE_DIRECTORY names a folder holding an MPS server's control pipe (gpu_setup.sh sets it
+    once a client got through), "time-slicing" on CUDA otherwise, "none" off CUDA."""
+    if device == "auto":
+        device = resolve_device(device).type
+    if not device.startswith("cuda"):
+        return "none"
+    pipes = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    return "mps" if pipes and (Path(pipes) / "control").exists() else "time-slicing"
+
+
+class GridPlan:
+    """The cells of the v2 grid and which of them can run now.
+
+    ``jobs`` are the (dataset, model, seed, rate) runs the grid may need: pop once, and every seed of every
+    other model at every rate (only seed 0 of a base and the runs at the chosen rate are ever queued;
+    listing them all lets their time estimates be made up front), ``hashes`` their settings hashes;
+    ``eager_models`` train with compile off whatever ``overrides`` say (the compile mode is not part of a
+    run's identity, so their hashes stay the same).
+    ``runnable(manifest)`` are the jobs whose rate is known and which ``manifest`` lacks."""
+
+    def __init__(self, datasets: dict, models: list[str], seeds: list[int], grid: tuple[float, ...], device: str,
+                 overrides: dict, command: str, eager_models: frozenset[str] = frozenset()):
+        self.grid = grid
+        self.jobs: dict[tuple[str, str, int, float], HeadlineJob] = {}
+        for name, dataset in datasets.items():
+            for model in models:
+                rates = (UNTRAINED_RATE,) if model in tuning.UNTRAINED else grid
+                for seed in (seeds[:1] if model in tuning.UNTRAINED else seeds):
+                    for lr in rates:
+                        eager = {"compile": "off"} if model in eager_models else {}
+                        config = training_config(name, model, seed, device, overrides | eager, lr)
+                        self.jobs[(name, model, seed, lr)] = HeadlineJob(
+                            name, model, config, run_hash(name, dataset.options, model, config), command)
+        self.hashes = {job.run_hash for job in self.jobs.values()}
+
+    def runnable(self, manifest: list[dict]) -> list[HeadlineJob]:
+        finished = {(e["dataset"], e["model"], e["seed"], e["config_hash"]) for e in manifest}
+        choices = tuning.chosen_rates([e for e in manifest if e["config_hash"] in self.hashes], self.grid)
+        ready = []
+        for (dataset, model, seed, lr), job in self.jobs.items():
+            wanted = (model in tuning.UNTRAINED or job.tunes
+                      or lr == tuning.rate_for(dataset, model, choices))
+            if wanted and (dataset, model, seed, job.run_hash) not in finished:
+                ready.append(job)
+        return ready
+
+
+def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_dir: Path, workers: int,
+                 budget: float | None, device: str = "auto", overrides: dict | None = None,
+                 command: str = "", grid: tuple[float, ...] = tuning.LR_GRID,
+                 eager_models: frozenset[str] = frozenset()) -> dict[str, int]:
+    """Train the grid's runs not yet in ``out_dir``'s manifest, adding each base's chosen-rate runs as its
+    rate grid completes; returns counts per outcome."""
+    if budget is not None and budget <= 0:
+        raise ValueError(f"option --budget: must be > 0 seconds, got {budget}")
+    grid = tuning.check_grid(list(grid))
+    tuning.check_bases(models)
+    devices = WorkerDevices(check_devices(device))
+    deadline = time.time() + budget if budget is not None else float("inf")
+    out_dir = Path(out_dir)
+    manifest_path, records_path = out_dir / MANIFEST_NAME, out_dir / RECORDS_NAME
+    case_ranks_path = out_dir / CASE_RANKS_NAME
+    manifest = read_jsonl(manifest_path)
+    loaded = {name: load_dataset(name) for name in datasets}  # prepares the caches the workers read
+    interactions = {name: dataset.stats()["interactions"] for name, dataset in loaded.items()}
+    plan = GridPlan(loaded, models, seeds, grid, devices.job_device, overrides or {}, command, eager_models)
+    jobs = plan.runnable(manifest)
+    queued = {job.label for job in jobs}
+    counts = {"already in manifest": sum(e["config_hash"] in plan.hashes for e in manifest), "finished": 0,
+              DIVERGED: 0, FAILED: 0, ABANDONED: 0, "not started": 0}
+    jobs_per_device = max(1, min(workers, len(jobs))) / len(devices.names)
+    prior, timed = estimate_seconds(list(plan.jobs.values()), manifest, interactions, plan.hashes, jobs_per_device)
+    jobs, expected = order_jobs(jobs, prior), CorrectedEstimates(prior)
+    sharing_mode = gpu_sharing(devices.job_device)
+    print(f"{len(jobs)} runs ready on {devices.describe()} with {workers} worker(s) "
+          f"(GPU sharing: {sharing_mode}; rates {', '.join(f'{r:g}' for r in grid)})"
+          f"{f', budget {budget:.0f} s' if budget else ''}; {counts['already in manifest']} already in "
+          f"{manifest_path}", flush=True)
+
+    def on_result(job: HeadlineJob, result: dict) -> list[HeadlineJob]:
+        counts[result["status"]] += 1
+        if result["status"] == ABANDONED:
+            print(f"{job.label}: abandoned at the deadline", flush=True)
+            return []
+        if result["status"] == FAILED:
+            print(f"{job.label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
+            return []
+        if result["status"] == DIVERGED:
+            entry = diverged_entry(job)
+            print(f"{job.label}: diverged before its first validation ({result['error']})", flush=True)
+        else:
+            record = result["record"]
+            entry = {**manifest_entry(record), "jobs_per_device": jobs_per_device, "gpu_sharing": sharing_mode}
+            append_jsonl(records_path, record)
+            append_jsonl(case_ranks_path, {key: entry[key] for key in ("record_id", "dataset", "model", "seed", "lr")}
+                         | {"case_ranks": record["case_ranks"]})
+            metrics = record["metrics"]
+            expected.finished(job, metrics["wall_seconds"])
+            print(f"[{counts['finished']}] {job.label}: test AUC {metrics['test_auc']:.4f}, epochs "
+                  f"{metrics['epochs_run']} (best {metrics['best_epoch']}), {metrics['wall_seconds']:.0f} s, "
+                  f"{metrics['train_tokens_per_s']:,.0f} tokens/s", flush=True)
+        append_jsonl(manifest_path, entry)
+        manifest.append(entry)
+        follow_ups = order_jobs([j for j in plan.runnable(manifest) if j.label not in queued], prior)
+        queued.update(j.label for j in follow_ups)
+        if follow_ups:
+            print(f"{job.dataset}/{tuning.tuning_base(job.model)}: rate chosen, {len(follow_ups)} run(s) queued",
+                  flush=True)
+        return follow_ups
+
+    not_started = run_jobs(jobs, train_cell, workers, deadline, on_result, abandon_at_deadline=True,
+                           expected_seconds=expected if timed else None,
+                           cuda_devices=devices.cuda_devices)
+    counts["not started"] = len(not_started)
+    print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)
+    return counts
+
+
+def merge_manifests(paths: list[Path]) -> list[dict]:
+    """The entries of ``paths`` in order, each record once (calls started from one base manifest repeat it)."""
+    entries, seen = [], set()
+    for path in paths:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"manifest {path} does not exist")
+        for entry in read_jsonl(path):
+            if entry["record_id"] not in seen:
+                seen.add(entry["record_id"])
+                entries.append(entry)
+    return entries
+
+
+def parse_overrides(pairs: list[str]) -> dict:
+    """``--set KEY=VALUE`` pairs as TrainConfig values of the field's type."""
+    allowed = [name for name in TrainConfig.__dataclass_fields__
+               if name not in ("seed", "device", "progress", "backbone_options", "lr")]  # rates: --lr-grid
+    defaults, overrides = TrainConfig(), {}
+    for pair in pairs:
+        key, _, text = pair.partition("=")
+        if key not in allowed:
+            raise OptionError(f"option --set {pair!r}: {key!r} is not one of {', '.join(allowed)}")
+        kind = type(getattr(defaults, key))
+        try:
+            overrides[key] = kind(text)
+        except ValueError:
+            raise OptionError(f"option --set {pair!r}: {text!r} is not a {kind.__name__}") from None
+    try:
+        TrainConfig(**overrides).validate()
+    except ValueError as error:  # validate names the bench option: name --set and the field instead
+        raise OptionError(f"option --set: {str(error).removeprefix('option --')}") from None
+    return overrides
+
+
+def add_parser(subparsers) -> None:
+    """Add ``headline`` (run, import, merge, tables) to ``subparsers`` (an argparse sub-parser action)."""
+    headline = subparsers.add_parser("headline", help="the headline grid: train, merge, import, tables",
+                                     description=__doc__.split("\n\n")[0])
+    commands = headline.add_subparsers(dest="headline_command", required=True)
+    run = commands.add_parser("run", help="train the grid's missing cells")
+    run.add_argument("--out", required=True, type=Path, help="folder of the manifest and the records")
+    run.add_argument("--datasets", default=",".join(DATASETS))
+    run.add_argument("--models", default="all", help="comma-separated backbones, or all (every registered one)")
+    run.add_argument("--seeds", type=int, default=len(SEEDS), help="how many seeds, from 0")
+    run.add_argument("--workers", type=int, default=1)
+    run.add_argument("--budget", type=float, help="wall-clock seconds; no job starts after them")
+    run.add_argument("--device", default="auto",
+                     help="auto, cpu, cuda, cuda:N, or a comma list (cuda:0,cuda:1): worker i trains on the i-th, "
+                          "cyclically")
+    run.add_argument("--lr-grid", default=",".join(f"{rate:g}" for rate in tuning.LR_GRID),
+                     help="comma-separated learning rates tried on seed 0 of every base backbone")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="change a training setting (for quick checks), e.g. --set epochs=1")
+    run.add_argument("--eager-models", default="",
+                     help="comma-separated backbones that train with compile off whatever --set compile says")
+    run.set_defaults(func=command_run)
+    imported = commands.add_parser("import", help="log run records into the MLflow store")
+    imported.add_argument("source", type=Path, help="a folder holding *.records.jsonl files, or one such file")
+    imported.set_defaults(func=command_import)
+    merged = commands.add_parser("merge", help="join manifests of calls run side by side into one")
+    merged.add_argument("out", type=Path, help="the file to write (e.g. results/headline_v2_manifest.jsonl)")
+    merged.add_argument("sources", type=Path, nargs="+", help="manifests to join (the base first)")
+    merged.set_defaults(func=command_merge)
+    tables = commands.add_parser("tables", help="results/README.md and results/<dataset>/ tables from the v2 manifest")
+    tables.add_argument("--manifest", type=Path, default=RESULTS_MANIFEST)
+    tables.set_defaults(func=command_tables)
+
+
+def command_run(args: argparse.Namespace) -> None:
+    models = resolve_models(args.models)
+    datasets = args.datasets.split(",")
+    unknown = [d for d in datasets if d not in registry.list_datasets()]
+    if unknown:
+        raise OptionError(f"option --datasets: unknown dataset(s) {', '.join(unknown)}; registered: "
+                          f"{', '.join(registry.list_datasets())}")
+    if args.seeds < 1:
+        raise OptionError(f"option --seeds: must be >= 1, got {args.seeds}")
+    counts = run_headline(datasets, models, list(range(args.seeds)), args.out, args.workers, args.budget,
+                          args.device, parse_overrides(args.set), args.invocation, tuning.parse_grid(args.lr_grid),
+                          frozenset(resolve_models(args.eager_models, "--eager-models") if args.eager_models else ()))
+    if counts[FAILED]:
+        sys.exit(1)
+
+
+def command_merge(args: argparse.Namespace) -> None:
+    entries = merge_manifests(args.sources)
+    write_jsonl(args.out, entries)
+    print(f"wrote {args.out}: {len(entries)} runs")
+
+
+def command_import(args: argparse.Namespace) -> None:
+    counts = import_records(args.source, args.invocation)
+    print(f"{counts['imported']} run(s) imported, {counts['already there']} already in the store")
+
+
+def command_tables(args: argparse.Namespace) -> None:
+    from .report import write_results
+
+    manifest = read_jsonl(args.manifest)
+    if not manifest:
+        raise FileNotFoundError(f"option --manifest: no finished runs in {args.manifest}")
+    for path in write_results(manifest):
+        print(f"wrote {path}")

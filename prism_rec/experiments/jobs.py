@@ -1,0 +1,173 @@
+"""Run many independent jobs in worker processes sharing one or more devices, within a wall-clock deadline.
+
+Each worker is a spawned process that runs one job at a time and is fed the next as soon as it is free,
+so jobs start in the order given (skipping, when estimates are given, those expected to outlast the
+deadline). No job starts after the deadline. At the deadline, in-flight jobs either
+run on to their end (``abandon_at_deadline=False``: the probes pause themselves there) or are terminated
+and reported as abandoned (``abandon_at_deadline=True``). A job that raises, or whose worker dies, is
+reported as failed; the other workers carry on. With one worker, jobs run in this process, one after
+another, and the one in hand always finishes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable
+
+FAILED = "failed"
+ABANDONED = "abandoned"
+POLL_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class WorkerDevices:
+    """The devices of a pool's ``--device`` (checked by train.check_devices): one that every job names, or
+    several CUDA devices, worker i on the i-th (``run_jobs(cuda_devices=...)``) and jobs asking for plain
+    "cuda", the worker's current device."""
+
+    names: list[str]
+
+    @property
+    def job_device(self) -> str:
+        return "cuda" if len(self.names) > 1 else self.names[0]
+
+    @property
+    def cuda_devices(self) -> list[str] | None:
+        return self.names if len(self.names) > 1 else None
+
+    def describe(self) -> str:
+        """The machines and the device names, for a log line."""
+        from ..tracking.store import machine_description
+        from ..training.devices import resolve_device
+
+        machines = ", ".join(sorted({machine_description(resolve_device(name)) for name in self.names}))
+        return f"{machines} ({', '.join(self.names)})"
+
+
+def failure(error: BaseException) -> dict:
+    """The result of a job that raised: status "failed", the error in one line and its traceback."""
+    return {"status": FAILED, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
+
+
+def _call(work: Callable[[Any], dict], job: Any) -> dict:
+    try:
+        return work(job)
+    except Exception as error:  # one crashing job must not stop the pool
+        return failure(error)
+
+
+def _serve(connection: Connection, work: Callable[[Any], dict], threads: int, cuda_device: str | None) -> None:
+    """Worker process: set the thread count (and the current CUDA device), then run the jobs received
+    until None arrives."""
+    import torch
+
+    torch.set_num_threads(threads)
+    if cuda_device is not None:
+        torch.cuda.set_device(cuda_device)
+    while (job := connection.recv()) is not None:
+        connection.send(_call(work, job))
+
+
+@dataclass
+class _Worker:
+    process: multiprocessing.Process
+    connection: Connection
+    job: Any = None
+
+
+def _next_job(queue: list, deadline: float, expected_seconds: Callable[[Any], float] | None) -> Any:
+    """Pop the first job of ``queue`` expected to end before ``deadline`` (a job whose estimate is None
+    always qualifies); None when none does."""
+    left = deadline - time.time()
+    if left <= 0:
+        return None
+    for index, job in enumerate(queue):
+        seconds = None if expected_seconds is None else expected_seconds(job)
+        if seconds is None or seconds <= left:
+            return queue.pop(index)
+    return None
+
+
+def run_jobs(jobs: list, work: Callable[[Any], dict], workers: int, deadline: float,
+             on_result: Callable[[Any, dict], None], abandon_at_deadline: bool = False,
+             expected_seconds: Callable[[Any], float | None] | None = None,
+             cuda_devices: list[str] | None = None) -> list:
+    """Run ``work(job)`` for ``jobs`` in order on ``workers`` processes; ``on_result(job, result)`` is
+    called in this process as each one ends (result["status"] is the job's own, "failed" or "abandoned")
+    and may return further jobs, which join the end of the queue (jobs that depend on earlier results).
+
+    ``work`` must be a module-level function and jobs picklable. ``deadline`` is a ``time.time()``
+    value. With ``expected_seconds``, a free worker skips jobs expected to outlast the deadline and takes
+    the first that fits, so fewer are abandoned. With ``cuda_devices``, worker i makes
+    ``cuda_devices[i % len]`` its current device for good (one CUDA context per worker), so jobs that
+    ask for plain "cuda" spread over the devices. Returns the jobs never started.
+    """
+    if workers < 1:
+        raise ValueError(f"option --workers: must be >= 1, got {workers}")
+    queue = list(jobs)
+    if workers == 1:
+        if cuda_devices:
+            import torch
+
+            torch.cuda.set_device(cuda_devices[0])
+        while (job := _next_job(queue, deadline, expected_seconds)) is not None:
+            queue.extend(on_result(job, _call(work, job)) or [])
+        return queue
+    context = multiprocessing.get_context("spawn")
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    pool: list[_Worker] = []
+    for index in range(min(workers, len(queue))):
+        ours, theirs = context.Pipe()
+        cuda_device = cuda_devices[index % len(cuda_devices)] if cuda_devices else None
+        process = context.Process(target=_serve, args=(theirs, work, threads, cuda_device), daemon=True)
+        process.start()
+        theirs.close()
+        pool.append(_Worker(process, ours))
+    try:
+        while True:
+            for worker in pool:
+                if worker.job is None and worker.process.is_alive():
+                    worker.job = _next_job(queue, deadline, expected_seconds)
+                    if worker.job is not None:
+                        worker.connection.send(worker.job)
+            busy = [worker for worker in pool if worker.job is not None]
+            if not busy:
+                return queue
+            if abandon_at_deadline and time.time() >= deadline:
+                for worker in busy:
+                    finished = worker.connection.poll()  # a result already sent is kept, not thrown away
+                    if not finished:
+                        worker.process.kill()
+                    on_result(worker.job, worker.connection.recv() if finished else {"status": ABANDONED})
+                    worker.job = None  # follow-up jobs are not started after the deadline
+                return queue
+            ready = wait([w.connection for w in busy] + [w.process.sentinel for w in busy], timeout=POLL_SECONDS)
+            for worker in busy:
+                if worker.connection in ready:
+                    try:
+                        result = worker.connection.recv()
+                    except EOFError:  # the worker died while sending
+                        result = {"status": FAILED, "error": "worker process died", "traceback": ""}
+                elif worker.process.sentinel in ready:
+                    result = {"status": FAILED, "traceback": "",
+                              "error": f"worker process died (exit code {worker.process.exitcode})"}
+                else:
+                    continue
+                job, worker.job = worker.job, None
+                queue.extend(on_result(job, result) or [])
+    finally:
+        for worker in pool:
+            if worker.process.is_alive() and worker.job is None:
+                with contextlib.suppress(OSError):
+                    worker.connection.send(None)
+            worker.process.join(timeout=5)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join()
+            worker.connection.close()

@@ -1,0 +1,151 @@
+"""Run many planned probes (``grid.ProbeRun``), in parallel worker processes sharing one device, within a budget.
+
+Finished runs go to the manifest (``<out>/probes_manifest.jsonl``) and to MLflow (experiment "probes",
+one run per (task, model, seed); ``log_manifest_to_mlflow`` adds runs made where MLflow is absent) as
+they complete, so an interrupted invocation loses only its in-flight
+runs. Runs already in the manifest with identical settings are skipped. With ``time_budget`` seconds no
+run is started after the deadline and in-flight runs pause at it: their model, optimiser and data-stream
+state go to ``<out>/probes_checkpoints.pt`` (loaded with ``weights_only=True``; with ``checkpoint_limit``
+bytes, a paused run whose checkpoint would not fit is dropped and starts over next time) and the next
+invocation over the same folder continues them. Runs start in the order given. ``compile`` is the training
+step's mode (``prism_rec.training.compile``), recorded in each manifest entry as resolved ("off" on CPU).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import torch
+
+from ...training.checkpoint import save_atomically
+from ...training.compile import resolve_compile
+from ..jobs import WorkerDevices, run_jobs
+from ...tracking.store import experiment_id, git_commit, machine_description
+from ...training.devices import check_devices
+from .grid import ProbeRun
+from .manifest import CHECKPOINTS_NAME, MANIFEST_NAME, PROTOCOL, entry_identity, load_manifest, save_manifest
+from .tasks import TASKS
+from .train import ProbeJob, train_probe
+
+EXPERIMENT = "probes"
+
+
+def _load_checkpoints(out_dir: Path) -> dict[str, bytes]:
+    path = out_dir / CHECKPOINTS_NAME
+    return torch.load(path, weights_only=True) if path.exists() else {}
+
+
+def _save_checkpoints(out_dir: Path, checkpoints: dict[str, bytes]) -> None:
+    path = out_dir / CHECKPOINTS_NAME
+    if checkpoints:
+        save_atomically(checkpoints, path)
+    elif path.exists():
+        path.unlink()
+
+
+def _log_to_mlflow(entry: dict, command: str) -> None:
+    """One MLflow run (experiment "probes") for a manifest entry, unless a run with its identity exists."""
+    import mlflow
+
+    experiment = experiment_id(EXPERIMENT)
+    identity = hashlib.sha1(entry_identity(entry).encode()).hexdigest()
+    if len(mlflow.search_runs([experiment], filter_string=f"tags.probe_identity = '{identity}'")):
+        return
+    tags = {key: str(entry[key]) for key in ("device", "machine", "git_commit", "torch_version")}
+    tags.update({"command": command, "probe_identity": identity,
+            "task": entry["task"], "model": entry["model"], "seed": str(entry["seed"])})
+    with mlflow.start_run(experiment_id=experiment, run_name=f"{entry['task']}-{entry['model']}-s{entry['seed']}",
+                          tags=tags):
+        mlflow.log_params({"task": entry["task"], "task_version": entry.get("task_version", 1),
+                           "protocol": entry.get("protocol", 1), "model": entry["model"],
+                           "seed": entry["seed"], "profile": entry["profile"],
+                           "compile": entry.get("compile", "off"), **entry["settings"]})
+        for step, loss in entry["loss_curve"]:
+            mlflow.log_metric("train_loss", loss, step=step)
+        mlflow.log_metrics({"final_accuracy": entry["accuracy"], "final_train_loss": entry["final_train_loss"],
+                            "wall_seconds": entry["wall_seconds"], "n_parameters": entry["n_parameters"],
+                            "steps_per_second": entry["steps"] / max(entry["wall_seconds"], 1e-9)})
+
+
+def log_manifest_to_mlflow(out_dir: Path, command: str) -> int:
+    """Log every run of ``out_dir``'s manifest not yet in MLflow (runs made where MLflow was absent)."""
+    entries = load_manifest(Path(out_dir))
+    if not entries:
+        raise FileNotFoundError(f"option --out: no finished runs in {Path(out_dir) / MANIFEST_NAME}")
+    for entry in entries:
+        _log_to_mlflow(entry, command)
+    return len(entries)
+
+
+def run_probes(runs: list[ProbeRun], out_dir: Path, device: str = "auto", workers: int = 1,
+               time_budget: float | None = None, command: str = "", log_mlflow: bool = True,
+               checkpoint_limit: int | None = None, compile: str = "off") -> dict:
+    """Train every run of ``runs`` not yet in the manifest, in order; returns counts per status and the
+    labels of the runs left unfinished."""
+    if workers < 1:
+        raise ValueError(f"option --workers: must be >= 1, got {workers}")
+    if time_budget is not None and time_budget <= 0:
+        raise ValueError(f"option --time-budget: must be > 0 seconds, got {time_budget}")
+    out_dir = Path(out_dir)
+    devices = WorkerDevices(check_devices(device))
+    step_mode = resolve_compile(compile, torch.device(devices.names[0]))
+    deadline = time.time() + time_budget if time_budget is not None else float("inf")
+    manifest = load_manifest(out_dir)
+    finished = {entry_identity(entry) for entry in manifest}
+    checkpoints = _load_checkpoints(out_dir)
+    pending = [ProbeJob(run.task, run.model, run.seed, run.settings, devices.job_device, deadline,
+                        checkpoints.get(run.identity), run.profile, run.label, compile)
+               for run in runs if run.identity not in finished]
+    counts = {"skipped (already in manifest)": len(runs) - len(pending),
+              "finished": 0, "paused": 0, "failed": 0, "not started": 0}
+    unfinished: list[str] = []
+    total = len(pending)
+    print(f"{total} probe runs to do on {devices.describe()} with {workers} worker(s), compile {step_mode}"
+          f"{f', budget {time_budget:.0f} s' if time_budget else ''}; {counts['skipped (already in manifest)']} "
+          f"already in {out_dir}", flush=True)
+
+    def record(job: ProbeJob, result: dict) -> None:
+        identity = job.identity
+        counts[result["status"]] += 1
+        if result["status"] == "finished":
+            entry = {"task": job.task, "task_version": TASKS[job.task].version, "protocol": PROTOCOL,
+                     "model": job.model, "seed": job.seed, "profile": job.profile,
+                     "settings": job.settings.as_dict(), "accuracy": result["accuracy"],
+                     "final_train_loss": result["final_train_loss"], "loss_curve": result["loss_curve"],
+                     "steps": result["steps"], "wall_seconds": round(result["wall_seconds"], 2),
+                     "n_parameters": result["n_parameters"], "device": result["device"], "compile": result["compile"],
+                     "machine": machine_description(torch.device(result["device"])), "git_commit": git_commit(),
+                     "torch_version": torch.__version__,
+                     "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            manifest.append(entry)
+            save_manifest(out_dir, manifest)
+            if checkpoints.pop(identity, None) is not None:
+                _save_checkpoints(out_dir, checkpoints)
+            if log_mlflow:
+                _log_to_mlflow(entry, command)
+            print(f"[{sum(counts[s] for s in ('finished', 'paused', 'failed'))}/{total}] {job.label}: accuracy "
+                  f"{result['accuracy']:.3f}, loss {result['final_train_loss']:.3f}, {result['wall_seconds']:.0f} s",
+                  flush=True)
+            return
+        unfinished.append(job.label)
+        if result["status"] == "paused":
+            kept = sum(len(blob) for key, blob in checkpoints.items() if key != identity)
+            if checkpoint_limit is not None and kept + len(result["checkpoint"]) > checkpoint_limit:
+                checkpoints.pop(identity, None)
+                print(f"{job.label}: paused at step {result['step']}; its checkpoint would pass "
+                      f"{checkpoint_limit} bytes, dropped (the run starts over next time)", flush=True)
+            else:
+                checkpoints[identity] = result["checkpoint"]
+                print(f"{job.label}: paused at step {result['step']} (checkpoint kept)", flush=True)
+            _save_checkpoints(out_dir, checkpoints)
+        else:
+            print(f"{job.label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
+
+    not_started = run_jobs(pending, train_probe, workers, deadline, record,
+                           cuda_devices=devices.cuda_devices)
+    counts["not started"] = len(not_started)
+    unfinished += [job.label for job in not_started]
+    print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)
+    return {"counts": counts, "unfinished": unfinished}

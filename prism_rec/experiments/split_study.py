@@ -1,0 +1,243 @@
+"""The split question of issue 18: how far the authors' global time split moves the numbers.
+
+The authors' code (gpr-prism/prism, rec/) splits a dataset by time over all users at once (the first
+70% of interactions by timestamp train, the next 15% validate, the last 15% test), while the paper's text
+says leave-one-out. ``run`` trains, on ml-100k and movies-long (the two subsets with real timestamps),
+sasrec, gated_deltanet, prism and the authors' presets under ``--split time`` (data/core.py), 3 seeds
+each, at the learning rate the headline grid chose for the cell under leave-one-out and otherwise the
+headline settings; the leave-one-out side of the table is the headline grid's own runs. ``table`` writes
+results/split.md.
+
+    prism-rec split-study run --out DIR [--workers N] [--budget S] [--device D]
+    prism-rec split-study table
+
+``run`` appends to DIR/split_manifest.jsonl and DIR/split_case_ranks.jsonl (starting from copies of the
+committed results/ files, so a later call continues) and skips runs already there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import tuning
+from ..tracking.case_ranks import decode
+from ..data.sources import load_dataset
+from ..errors import OptionError
+from ..files import read_jsonl, write_atomically
+from .headline.driver import HeadlineJob, manifest_entry, train_cell
+from .headline.report import seeds_text
+from .headline.protocol import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL, SEEDS, training_config
+from .jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
+from ..paths import RESULTS_DIR
+from ..tracking.records import append_jsonl, run_hash
+from ..tracking.bootstrap import bootstrap_mean_ci, paired_difference
+from ..tracking.tables import pipe_table
+from ..training.devices import check_devices
+
+DATASETS = ("ml-100k", "movies-long")
+MODELS = ("sasrec", "gated_deltanet", "prism", "gdn-authors", "prism-authors", "mamba2-authors")
+SPLIT = "time"
+STUDY_MANIFEST = "split_manifest.jsonl"
+STUDY_CASE_RANKS = "split_case_ranks.jsonl"
+PAIRS = (("prism", "gated_deltanet"), ("prism", "sasrec"), ("prism-authors", "gdn-authors"),
+         ("prism-authors", "sasrec"))
+
+
+def study_jobs(headline: list[dict], device: str, command: str) -> list[HeadlineJob]:
+    """Every (dataset, model, seed) of the study under the time split, at the cell's leave-one-out rate."""
+    choices = tuning.chosen_rates([e for e in headline if e.get("protocol") == PROTOCOL])
+    jobs = []
+    for name in DATASETS:
+        options = load_dataset(name, split=SPLIT).options  # prepares the cache the workers read
+        for model in MODELS:
+            lr = tuning.rate_for(name, model, choices)
+            if lr is None:
+                raise ValueError(f"{RESULTS_DIR / MANIFEST_NAME}: no chosen leave-one-out rate for {name}/{model} yet; "
+                                 "run the headline grid's tuning first")
+            for seed in SEEDS:
+                config = training_config(name, model, seed, device, {}, lr)
+                jobs.append(HeadlineJob(name, model, config, run_hash(name, options, model, config), command, SPLIT))
+    return jobs
+
+
+def run_study(out_dir: Path, workers: int, budget: float | None, device: str, command: str) -> dict[str, int]:
+    """Train the study's runs missing from ``out_dir``'s manifest; returns counts per outcome."""
+    devices = WorkerDevices(check_devices(device))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in (STUDY_MANIFEST, STUDY_CASE_RANKS):
+        if not (out_dir / name).exists() and (RESULTS_DIR / name).exists():
+            shutil.copyfile(RESULTS_DIR / name, out_dir / name)
+    manifest_path, case_ranks_path = out_dir / STUDY_MANIFEST, out_dir / STUDY_CASE_RANKS
+    done = {e["config_hash"] for e in read_jsonl(manifest_path)}
+    jobs = [job for job in study_jobs(read_jsonl(RESULTS_DIR / MANIFEST_NAME), devices.job_device, command)
+            if job.run_hash not in done]
+    counts = {"already in manifest": len(done), "finished": 0, "diverged": 0, FAILED: 0, ABANDONED: 0}
+    print(f"{len(jobs)} time-split runs to train with {workers} worker(s); {len(done)} in {manifest_path}", flush=True)
+
+    def on_result(job: HeadlineJob, result: dict) -> None:
+        counts[result["status"]] += 1
+        if result["status"] != "finished":
+            print(f"{job.label}: {result['status']} {result.get('error', '')}", flush=True)
+            return
+        record = result["record"]
+        entry = {**manifest_entry(record), "split": SPLIT}
+        append_jsonl(manifest_path, entry)
+        append_jsonl(case_ranks_path, {"record_id": entry["record_id"], "case_ranks": record["case_ranks"]})
+        print(f"{job.label}: test AUC {record['metrics']['test_auc']:.4f}", flush=True)
+
+    deadline = time.time() + budget if budget else float("inf")
+    not_started = run_jobs(jobs, train_cell, workers, deadline, on_result, abandon_at_deadline=True,
+                           cuda_devices=devices.cuda_devices)
+    counts["not started"] = len(not_started)
+    print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)
+    return counts
+
+
+def per_user_auc(case_ranks: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The test users [U] (sorted), each one's AUC averaged over their test cases [U] and their case
+    counts [U]."""
+    ranks = decode(case_ranks)
+    users, index = np.unique(ranks.users, return_inverse=True)
+    cases = np.bincount(index)
+    return users, np.bincount(index, weights=ranks.auc()) / cases, cases
+
+
+def _cells(manifest: list[dict], case_ranks: dict[str, dict], split: str) -> dict[tuple[str, str], dict]:
+    """(dataset, model) -> {"auc": [seeds], "users": [U], "cases": [U], "per_user": [S, U]} of the runs of
+    ``split``."""
+    cells: dict[tuple[str, str], dict] = {}
+    for entry in sorted(manifest, key=lambda e: e["seed"]):
+        key = (entry["dataset"], entry["model"])
+        if key[0] not in DATASETS or key[1] not in MODELS or entry["record_id"] not in case_ranks:
+            continue
+        users, values, cases = per_user_auc(case_ranks[entry["record_id"]])
+        cell = cells.setdefault(key, {"auc": [], "users": users, "cases": cases, "per_user": []})
+        if not np.array_equal(users, cell["users"]):
+            raise ValueError(f"{key[0]}/{key[1]} ({split}): seeds were tested on different users")
+        cell["auc"].append(entry["test_auc"])
+        cell["per_user"].append(values)
+    return cells
+
+
+def _ranks(cells: dict, dataset: str) -> dict[str, int]:
+    means = {model: np.mean(cells[(dataset, model)]["auc"]) for model in MODELS if (dataset, model) in cells}
+    return {model: position for position, model in enumerate(sorted(means, key=means.get, reverse=True), 1)}
+
+
+def _summary(splits: dict[str, dict], dataset: str, changed: list[str]) -> str:
+    """One computed sentence per dataset: the orders under both splits, the shift, the verdicts that change."""
+    both = [m for m in MODELS if all((dataset, m) in cells for cells in splits.values())]
+    if not both:
+        return "No backbone has runs under both splits yet."
+    orders = {split: sorted(both, key=lambda m: -np.mean(cells[(dataset, m)]["auc"])) for split, cells in splits.items()}
+    shifts = [np.mean(splits["time"][(dataset, m)]["auc"]) - np.mean(splits["loo"][(dataset, m)]["auc"]) for m in both]
+    return (f"Over the {len(both)} backbones with runs under both splits: order by mean test AUC under "
+            f"leave-one-out {' > '.join(orders['loo'])}; under the time split {' > '.join(orders['time'])} "
+            f"({'the same' if orders['loo'] == orders['time'] else 'a different order'}); the time split moves "
+            f"test AUC by {min(shifts):+.4f} to {max(shifts):+.4f}. Paired verdicts that change between the "
+            f"splits (excluding 0 one way, within noise or the other sign the other): "
+            f"{', '.join(changed) or 'none'}.")
+
+
+def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
+    """results/split.md from the cells of each split ("loo": the headline runs, "time": the study's)."""
+    lines = [
+        "# The split question: leave-one-out against the authors' global time split", "",
+        f"Written {time.strftime('%Y-%m-%d')} by `prism-rec split-study table` from "
+        f"results/{STUDY_MANIFEST} and results/{STUDY_CASE_RANKS} (time split) and results/{MANIFEST_NAME} and "
+        f"results/{CASE_RANKS_NAME} (leave-one-out, the headline grid's runs).", "",
+        "**Protocol.** Both sides use the headline settings (d_model 64, 2 layers, 2 heads, batch 256, AdamW, full "
+        "softmax, early stopping on validation AUC with patience 10, at most 200 epochs) and, per cell, the "
+        "learning rate the headline grid chose under leave-one-out (not retuned under the time split). "
+        "Leave-one-out: each user's last item tests, the one before validates. Time split (the authors' "
+        "rec/ code): interactions up to the 70% timestamp quantile over all users train, the next 15% "
+        "validate, the last 15% test; every interaction in a period is a case, predicted from all of the "
+        "user's earlier items; test AUC is the mean over cases, so users with many test interactions weigh "
+        "more. Test AUC: mean ± sample std over "
+        "seeds (n); the 95% interval is a percentile bootstrap over test users of the seed-averaged per-user "
+        "AUC, weighted by each user's case count (a cluster bootstrap: a user's cases move together; bootstrap.py), so it is an interval for the test AUC column. Rank: position among the table's models within the split.", "",
+    ]
+    for dataset in DATASETS:
+        rows = []
+        ranks = {split: _ranks(cells, dataset) for split, cells in splits.items()}
+        for model in MODELS:
+            row = [model]
+            for split, cells in splits.items():
+                cell = cells.get((dataset, model))
+                if cell is None:
+                    row += ["missing", "—", "—"]
+                    continue
+                low, high = bootstrap_mean_ci(np.stack(cell["per_user"]), cases=cell["cases"])
+                row += [seeds_text(cell["auc"], expected=len(cell["auc"])), f"[{low:.4f}, {high:.4f}]", str(ranks[split][model])]
+            both = [splits[s].get((dataset, model)) for s in ("loo", "time")]
+            row.append(f"{np.mean(both[1]['auc']) - np.mean(both[0]['auc']):+.4f}" if all(both) else "—")
+            rows.append(row)
+        lines += [f"## {dataset}", "", pipe_table(
+            ["backbone", "loo test AUC", "loo 95% CI", "loo rank", "time test AUC", "time 95% CI", "time rank",
+             "time − loo"], rows, align="lrrrrrrr"), ""]
+        pair_rows, changed = [], []
+        for a, b in PAIRS:
+            row, signs = [f"{a} − {b}"], []
+            for split, cells in splits.items():
+                first, second = cells.get((dataset, a)), cells.get((dataset, b))
+                if first is None or second is None:
+                    row.append("missing")
+                    continue
+                difference = paired_difference(np.stack(first["per_user"]), np.stack(second["per_user"]),
+                                               cases=first["cases"])
+                verdict = "✱" if difference.excludes_zero else " (within noise)"
+                row.append(f"{difference.mean:+.4f} [{difference.low:+.4f}, {difference.high:+.4f}]{verdict}")
+                signs.append(int(np.sign(difference.mean)) if difference.excludes_zero else 0)
+            pair_rows.append(row)
+            if len(signs) == 2 and signs[0] != signs[1]:
+                changed.append(f"{a} − {b}")
+        lines += ["Paired differences (95% paired bootstrap over test users; ✱: the interval excludes 0):", "",
+                  pipe_table(["difference", "leave-one-out", "time split"], pair_rows, align="lrr"), "",
+                  _summary(splits, dataset, changed), ""]
+    lines += ["## Commands", "", "Time-split runs: " + ("; ".join(f"`{c}`" for c in commands) or "none yet") + ".",
+              "Leave-one-out runs: see results/README.md (Reproducing).", ""]
+    return "\n".join(lines)
+
+
+def write_table(results_dir: Path = RESULTS_DIR) -> Path:
+    """Write results_dir/split.md; returns its path."""
+    study = read_jsonl(results_dir / STUDY_MANIFEST)
+    headline = [e for e in read_jsonl(results_dir / MANIFEST_NAME) if e.get("protocol") == PROTOCOL]
+    selected = [e for e in tuning.selected_entries(headline) if e["model"] in MODELS and e["dataset"] in DATASETS]
+    wanted = {e["record_id"] for e in [*study, *selected]}
+    case_ranks = {row["record_id"]: row["case_ranks"]
+                  for name in (STUDY_CASE_RANKS, CASE_RANKS_NAME) for row in read_jsonl(results_dir / name)
+                  if row["record_id"] in wanted}
+    splits = {"loo": _cells(selected, case_ranks, "loo"), "time": _cells(study, case_ranks, SPLIT)}
+    path = results_dir / "split.md"
+    write_atomically(path, split_markdown(splits, sorted({e["command"] for e in study})))
+    return path
+
+
+def add_parser(subparsers) -> None:
+    """Add ``split-study`` (run, table) to ``subparsers`` (an argparse sub-parser action)."""
+    study = subparsers.add_parser("split-study", help="the time split against leave-one-out (results/split.md)",
+                                  description=__doc__.split("\n\n")[0])
+    commands = study.add_subparsers(dest="split_command", required=True)
+    run = commands.add_parser("run", help="train the time-split runs not yet in DIR's manifest")
+    run.add_argument("--out", required=True, type=Path)
+    run.add_argument("--workers", type=int, default=1)
+    run.add_argument("--budget", type=float, help="wall-clock seconds; no run starts after them")
+    run.add_argument("--device", default="auto")
+    run.set_defaults(func=command_run)
+    table = commands.add_parser("table", help="write results/split.md")
+    table.set_defaults(func=lambda args: print(f"wrote {write_table()}"))
+
+
+def command_run(args: argparse.Namespace) -> None:
+    if args.budget is not None and args.budget <= 0:
+        raise OptionError(f"option --budget: must be > 0 seconds, got {args.budget}")
+    counts = run_study(args.out, args.workers, args.budget, args.device, args.invocation)
+    if counts[FAILED]:
+        sys.exit(1)

@@ -1,0 +1,95 @@
+"""Fair tuning of the headline grid: one learning-rate grid, one choice rule, the same for every backbone.
+
+For each (dataset, base backbone) seed 0 trains once at every rate of ``LR_GRID``; the chosen rate is the
+one with the highest best validation AUC (ties: the smaller rate); seeds 1.. then train at that rate. The
+ablation presets of PRISM (``prism-*``) take PRISM's choice instead of their own, so an ablation differs
+from PRISM in the ablated part only. ``pop`` trains nothing and has no rate. The choice reads only
+validation metrics of manifest entries, so it is reproducible from the manifest.
+"""
+
+from __future__ import annotations
+
+from ..registry import backbone_entry
+
+LR_GRID = (3e-4, 1e-3, 3e-3)
+TUNING_SEED = 0
+UNTRAINED = ("pop",)
+PRESET_BASES = {"prism": "prism-"}  # base backbone: name prefix of its presets (same factory, other defaults)
+
+
+def check_grid(rates: list[float]) -> tuple[float, ...]:
+    """``rates`` as a sorted tuple; refuses an empty grid or a rate that is not a finite positive number."""
+    if not rates:
+        raise ValueError("option --lr-grid: the learning-rate grid is empty")
+    for rate in rates:
+        if not (isinstance(rate, float) and 0 < rate < float("inf")):
+            raise ValueError(f"option --lr-grid: {rate!r} is not a positive learning rate")
+    return tuple(sorted(set(rates)))
+
+
+def parse_grid(text: str) -> tuple[float, ...]:
+    """A comma-separated ``--lr-grid`` such as "3e-4,1e-3,3e-3"."""
+    rates = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        try:
+            rates.append(float(part))
+        except ValueError:
+            raise ValueError(f"option --lr-grid: {part.strip()!r} is not a number") from None
+    return check_grid(rates)
+
+
+def tuning_base(model: str) -> str:
+    """The backbone whose seed-0 grid sets ``model``'s rate: its base when it is a preset of one (named
+    with the base's prefix and built by the same factory: the ablations, not ``prism-authors``), else itself."""
+    for base, prefix in PRESET_BASES.items():
+        if model.startswith(prefix) and backbone_entry(model).factory is backbone_entry(base).factory:
+            return base
+    return model
+
+
+def check_bases(models: list[str]) -> None:
+    """Refuses a model list with a preset but not the base whose rate it takes."""
+    missing = sorted({tuning_base(m) for m in models} - set(models))
+    if missing:
+        raise ValueError(f"option --models: {', '.join(m for m in models if tuning_base(m) in missing)} "
+                         f"take the learning rate chosen for {', '.join(missing)}; add it to the list")
+
+
+def choose_rate(valid_auc_by_rate: dict[float, float], grid: tuple[float, ...]) -> float | None:
+    """The rate of ``grid`` with the highest validation AUC (ties: the smaller); None until every rate
+    of the grid has a result."""
+    if any(rate not in valid_auc_by_rate for rate in grid):
+        return None
+    return max(sorted(grid), key=lambda rate: (valid_auc_by_rate[rate], -rate))
+
+
+def chosen_rates(entries: list[dict], grid: tuple[float, ...] = LR_GRID) -> dict[tuple[str, str], float]:
+    """{(dataset, base backbone): chosen rate} for every base whose seed-0 grid is complete in ``entries``
+    (manifest lines with ``dataset``, ``model``, ``seed``, ``lr`` and ``best_valid_auc``, -inf for a run
+    that diverged before its first validation; the newest line per (dataset, model, rate) counts)."""
+    seen: dict[tuple[str, str], dict[float, float]] = {}
+    for entry in entries:
+        if entry["seed"] == TUNING_SEED and entry["model"] not in UNTRAINED and entry["model"] == tuning_base(entry["model"]):
+            seen.setdefault((entry["dataset"], entry["model"]), {})[float(entry["lr"])] = entry["best_valid_auc"]
+    choices = {key: choose_rate(by_rate, grid) for key, by_rate in seen.items()}
+    return {key: rate for key, rate in choices.items() if rate is not None}
+
+
+def rate_for(dataset: str, model: str, choices: dict[tuple[str, str], float]) -> float | None:
+    """The rate ``model`` trains at on ``dataset`` once its base's grid is complete (None before)."""
+    return choices.get((dataset, tuning_base(model)))
+
+
+def selected_entries(entries: list[dict], grid: tuple[float, ...] = LR_GRID) -> list[dict]:
+    """The entries that make the tables: every seed at its cell's chosen rate (and ``pop``), the newest
+    line per (dataset, model, seed)."""
+    choices = chosen_rates(entries, grid)
+    newest: dict[tuple[str, str, int], dict] = {}
+    for entry in entries:
+        if entry.get("diverged"):  # at a losing rate unless every rate diverged; never a table row
+            continue
+        if entry["model"] in UNTRAINED or float(entry["lr"]) == rate_for(entry["dataset"], entry["model"], choices):
+            newest[(entry["dataset"], entry["model"], entry["seed"])] = entry
+    return list(newest.values())

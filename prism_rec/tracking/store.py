@@ -1,0 +1,223 @@
+"""MLflow plumbing: the project's tracking store, experiments (tagged as model-training experiments), the UI
+links that show them ranked, run provenance tags, and the runs that processes killed outright (SIGKILL,
+the OOM killer) left RUNNING."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import platform
+import socket
+import subprocess
+import urllib.parse
+from pathlib import Path
+
+import torch
+
+from ..paths import PROJECT_ROOT
+
+STORE_DIR = PROJECT_ROOT / ".mlflow"
+# MLflow 3's UI reads the kind of an experiment from this tag (its "experiment type" setting); which view a
+# click lands on follows the UI's workflow type instead (the ``workflowType`` URL parameter, remembered in
+# the browser), which is why ``prism-rec ui`` prints links that carry it.
+EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND = "mlflow.experimentKind", "custom_model_development"
+EXPERIMENT_NOTE_TAG = "mlflow.note.content"  # the description the UI shows above an experiment's runs
+# A view the UI loads from an experiment tag named by the link's ``viewStateShareKey`` (MLflow's "share
+# view"): the child runs ranked by test AUC with their metric columns, charts narrowed to the AUCs.
+VIEW_KEY = "prism-rec-ranked"
+VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
+RANKING_METRIC = "test_auc"
+VIEW_COLUMNS = [*(f"metrics.`{name}`" for name in (RANKING_METRIC, "test_hit_10", "test_ndcg_10", "best_epoch",
+                                                   "epochs_run", "wall_seconds", "train_tokens_per_s")),
+                *(f"params.`{name}`" for name in ("device", "precision", "epochs", "patience"))]
+RANKED_VIEW = {"searchFilter": "tags.prism_rec_role = 'child'", "orderByKey": f"metrics.`{RANKING_METRIC}`",
+               "orderByAsc": False, "selectedColumns": VIEW_COLUMNS, "chartsSearchFilter": "auc"}
+
+
+def tracking_uri() -> str:
+    """MLFLOW_TRACKING_URI, else a sqlite file in the git-ignored .mlflow/ folder of the project."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    STORE_DIR.mkdir(exist_ok=True)
+    return f"sqlite:///{STORE_DIR / 'mlflow.db'}"
+
+
+def artifact_root() -> Path:
+    """Where new experiments keep artifacts: beside a sqlite store, else .mlflow/artifacts."""
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///"):
+        return Path(uri.removeprefix("sqlite:///")).parent / "artifacts"
+    return STORE_DIR / "artifacts"
+
+
+@contextlib.contextmanager
+def store_lock():
+    """An exclusive lock (flock) on a file beside a sqlite store (else in .mlflow/), held in the block:
+    the first use of a new store creates its tables, and two processes doing that at once break one."""
+    uri = tracking_uri()
+    folder = Path(uri.removeprefix("sqlite:///")).parent if uri.startswith("sqlite:///") else STORE_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".prism-rec-store.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def experiment_id(name: str) -> str:
+    """Id of experiment ``name``, created with an artifact folder beside the store and the model-training
+    tags (:func:`tag_model_training`) if missing; the store is opened (and created) under :func:`store_lock`."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri())
+    with store_lock():
+        experiment = mlflow.get_experiment_by_name(name)
+        if experiment is not None:
+            return experiment.experiment_id
+        created = mlflow.create_experiment(name, artifact_location=(artifact_root() / name).resolve().as_uri())
+        tag_model_training(created)
+        return created
+
+
+EXPERIMENT_NOTE = ("prism-rec benchmark runs: one parent run `bench-<time>` per `prism-rec bench` (its metrics "
+                   "`test_auc_mean/<model>` and artifacts auc.png, auc.md, learning_curves.png compare the models) "
+                   "and one child run `<model>-s<seed>` per training. Sort by test_auc (Columns: add "
+                   "metrics test_auc) or open the links `make ui` prints.")
+
+
+def tag_model_training(experiment: str) -> None:
+    """Mark experiment id ``experiment`` as a model-training (not GenAI) experiment, with a description and
+    the ranked view that :func:`runs_view_url` links to."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    client.set_experiment_tag(experiment, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)
+    client.set_experiment_tag(experiment, EXPERIMENT_NOTE_TAG, EXPERIMENT_NOTE)
+    client.set_experiment_tag(experiment, VIEW_TAG, json.dumps(RANKED_VIEW))
+
+
+def runs_view_url(base_url: str, experiment: str, mode: str = "TABLE") -> str:
+    """The UI's runs view of experiment id ``experiment`` in model-training mode, child runs ranked by test
+    AUC (best first) with their metrics as columns; ``mode`` TABLE (the ranked list), CHART (the AUC charts)
+    or ARTIFACT (the runs' artifacts side by side)."""
+    if mode not in ("TABLE", "CHART", "ARTIFACT"):
+        raise ValueError(f"runs view mode {mode!r}: expected TABLE, CHART or ARTIFACT")
+    # no sort or filter of its own: with one of them in the URL the UI ignores the shared view
+    query = {"workflowType": "machine_learning", "viewStateShareKey": VIEW_KEY, "compareRunsMode": mode}
+    return f"{base_url.rstrip('/')}/#/experiments/{experiment}/runs?{urllib.parse.urlencode(query, quote_via=urllib.parse.quote)}"
+
+
+def run_artifact_url(base_url: str, experiment: str, run_id: str, artifact: str) -> str:
+    """The UI page of run ``run_id``'s artifacts with ``artifact`` open."""
+    return (f"{base_url.rstrip('/')}/#/experiments/{experiment}/runs/{run_id}/artifacts/{urllib.parse.quote(artifact)}"
+            "?workflowType=machine_learning")
+
+
+def ui_links(base_url: str) -> list[tuple[str, dict[str, str]]]:
+    """(experiment name, {view: URL}) for every experiment of the store that holds benchmark runs, each
+    first tagged as model training (:func:`tag_model_training`): the ranked runs, the charts, the
+    artifacts side by side, and the newest bench's comparison (its parent run's artifacts)."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri())
+    links = []
+    for experiment in mlflow.search_experiments(order_by=["name"]):
+        parents = mlflow.search_runs([experiment.experiment_id], max_results=1, order_by=["attributes.start_time DESC"],
+                                     filter_string="tags.prism_rec_role = 'parent'")
+        if parents.empty:
+            continue
+        tag_model_training(experiment.experiment_id)
+        views = {name: runs_view_url(base_url, experiment.experiment_id, mode)
+                 for name, mode in (("ranked runs", "TABLE"), ("charts", "CHART"), ("artifacts", "ARTIFACT"))}
+        views["newest bench"] = run_artifact_url(base_url, experiment.experiment_id, parents["run_id"].iloc[0], "auc.png")
+        links.append((experiment.name, views))
+    return links
+
+
+def _process_start(pid: int) -> str:
+    """The start time of process ``pid`` in clock ticks since boot (/proc/<pid>/stat field 22), which
+    tells a reused process id from the original; "" where /proc cannot say."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def process_tags() -> dict[str, str]:
+    """Tags naming this process, so that a later invocation can tell whether it still runs."""
+    return {"prism_rec_host": socket.gethostname(), "prism_rec_pid": str(os.getpid()),
+            "prism_rec_process_start": _process_start(os.getpid())}
+
+
+def _process_alive(pid: int, start: str) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return not start or _process_start(pid) in (start, "")
+
+
+def end_runs_of_dead_processes(experiment: str) -> list[str]:
+    """Mark KILLED the RUNNING runs of experiment id ``experiment`` whose process (named by
+    :func:`process_tags`, on this host) no longer runs; returns their run names. Runs of other hosts
+    and runs without those tags are left as they are: nothing here can tell whether they still run."""
+    import mlflow
+
+    runs = mlflow.search_runs([experiment], filter_string="attributes.status = 'RUNNING' and "
+                              f"tags.prism_rec_host = '{socket.gethostname()}'")
+    ended = []
+    client = mlflow.MlflowClient()
+    for _, run in runs.iterrows():
+        pid = run.get("tags.prism_rec_pid")
+        if pid and not _process_alive(int(pid), run.get("tags.prism_rec_process_start") or ""):
+            client.set_terminated(run["run_id"], status="KILLED")
+            ended.append(run["tags.mlflow.runName"])
+    return ended
+
+
+def _head_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT, capture_output=True,
+                              text=True, timeout=5).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+_COMMIT_AT_IMPORT = _head_commit()  # the code this process loaded, even if HEAD moves on while it runs
+
+
+def git_commit() -> str:
+    """HEAD's short hash when this module was imported; PRISM_REC_GIT_COMMIT where the tree travelled
+    without .git (the GPU machine)."""
+    return os.environ.get("PRISM_REC_GIT_COMMIT") or _COMMIT_AT_IMPORT
+
+
+def machine_description(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})"
+    return f"{platform.machine()} CPU, {os.cpu_count()} cores"
+
+
+def triton_version() -> str:
+    try:
+        import triton
+    except ImportError:
+        return "not installed"
+    return triton.__version__
+
+
+def provenance_tags(device: torch.device) -> dict[str, str]:
+    return {
+        "git_commit": git_commit(),
+        "device": str(device),
+        "machine": machine_description(device),
+        "torch_version": torch.__version__,
+        "torch_threads": str(torch.get_num_threads()),
+        "triton_version": triton_version(),
+    }

@@ -1,0 +1,102 @@
+"""The Triton kernels of the fused full-softmax loss (prism_rec/training/losses.py launches them).
+
+A module of its own, imported on the first fused call only: Triton reads TRITON_INTERPRET when it is
+imported and when a kernel is defined, so importing it with prism_rec.training.trainer would fix the mode before a
+test (or a CPU user) sets the interpreter.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _load_rows(ptr, start, count, d, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, DOT_DTYPE: tl.constexpr,
+               UPCAST: tl.constexpr):
+    """Rows start .. start + BLOCK of a [count, d] matrix as a [BLOCK, BLOCK_D] tile, zero outside."""
+    rows = start + tl.arange(0, BLOCK)
+    cols = tl.arange(0, BLOCK_D)
+    mask = (rows[:, None] < count) & (cols[None, :] < d)
+    tile = tl.load(ptr + rows[:, None] * d + cols[None, :], mask=mask, other=0.0).to(DOT_DTYPE)
+    return _operand(tile, UPCAST)
+
+@triton.jit
+def _operand(tile, UPCAST: tl.constexpr):
+    """A product operand: the tile, or (UPCAST, Triton's interpreter, whose products of 16-bit tiles are
+    wrong in 3.7) its values in fp32."""
+    if UPCAST:
+        tile = tile.to(tl.float32)
+    return tile
+
+@triton.jit
+def _lse_forward(h_ptr, t_ptr, max_ptr, sum_ptr, N, I, D, item_tiles, per_part,
+                 BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
+                 DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """Per row of a row block, over the item tiles of one part: running max m and sum s of
+    2^(logit * log2 e - m) (base-2 online logsumexp), written to max_ptr/sum_ptr [parts, N]."""
+    row_start = tl.program_id(0) * BLOCK_N
+    part = tl.program_id(1)
+    h = _load_rows(h_ptr, row_start, N, D, BLOCK_N, BLOCK_D, DOT_DTYPE, UPCAST)
+    running_max = tl.full([BLOCK_N], float("-inf"), tl.float32)
+    running_sum = tl.zeros([BLOCK_N], tl.float32)
+    first = part * per_part
+    for tile in range(first, tl.minimum(first + per_part, item_tiles)):
+        t = _load_rows(t_ptr, tile * BLOCK_I, I, D, BLOCK_I, BLOCK_D, DOT_DTYPE, UPCAST)
+        logits = tl.dot(h, tl.trans(t), input_precision=PRECISION) * 1.4426950408889634
+        items = tile * BLOCK_I + tl.arange(0, BLOCK_I)
+        logits = tl.where(items[None, :] < I, logits, float("-inf"))
+        new_max = tl.maximum(running_max, tl.max(logits, 1))
+        running_sum = running_sum * tl.exp2(running_max - new_max) + tl.sum(tl.exp2(logits - new_max[:, None]), 1)
+        running_max = new_max
+    rows = row_start + tl.arange(0, BLOCK_N)
+    tl.store(max_ptr + part * N + rows, running_max, mask=rows < N)
+    tl.store(sum_ptr + part * N + rows, running_sum, mask=rows < N)
+
+@triton.jit
+def _lse_backward_hidden(h_ptr, t_ptr, lse2_ptr, g_ptr, out_ptr, N, I, D, item_tiles, per_part,
+                         BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
+                         DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """d(hidden) of a row block over the item tiles of one part: sum of g * softmax @ table (fp32),
+    written to out_ptr [parts, N, D]."""
+    row_start = tl.program_id(0) * BLOCK_N
+    part = tl.program_id(1)
+    rows = row_start + tl.arange(0, BLOCK_N)
+    h = _load_rows(h_ptr, row_start, N, D, BLOCK_N, BLOCK_D, DOT_DTYPE, UPCAST)
+    lse2 = tl.load(lse2_ptr + rows, mask=rows < N, other=0.0)
+    g = tl.load(g_ptr + rows, mask=rows < N, other=0.0)
+    accumulator = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    first = part * per_part
+    for tile in range(first, tl.minimum(first + per_part, item_tiles)):
+        t = _load_rows(t_ptr, tile * BLOCK_I, I, D, BLOCK_I, BLOCK_D, DOT_DTYPE, UPCAST)
+        logits = tl.dot(h, tl.trans(t), input_precision=PRECISION) * 1.4426950408889634
+        items = tile * BLOCK_I + tl.arange(0, BLOCK_I)
+        p = tl.where(items[None, :] < I, tl.exp2(logits - lse2[:, None]) * g[:, None], 0.0)
+        accumulator = tl.dot(_operand(p.to(DOT_DTYPE), UPCAST), t, accumulator, input_precision=PRECISION)
+    cols = tl.arange(0, BLOCK_D)
+    offsets = part * N * D + rows[:, None] * D + cols[None, :]
+    tl.store(out_ptr + offsets, accumulator, mask=(rows[:, None] < N) & (cols[None, :] < D))
+
+@triton.jit
+def _lse_backward_table(h_ptr, t_ptr, lse2_ptr, g_ptr, out_ptr, N, I, D, row_tiles, per_part,
+                        BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
+                        DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """d(table) of an item block over the row tiles of one part: sum of (g * softmax)^T @ hidden
+    (fp32), written to out_ptr [parts, I, D]."""
+    item_start = tl.program_id(0) * BLOCK_I
+    part = tl.program_id(1)
+    items = item_start + tl.arange(0, BLOCK_I)
+    t = _load_rows(t_ptr, item_start, I, D, BLOCK_I, BLOCK_D, DOT_DTYPE, UPCAST)
+    accumulator = tl.zeros([BLOCK_I, BLOCK_D], tl.float32)
+    first = part * per_part
+    for tile in range(first, tl.minimum(first + per_part, row_tiles)):
+        rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        h = _load_rows(h_ptr, tile * BLOCK_N, N, D, BLOCK_N, BLOCK_D, DOT_DTYPE, UPCAST)
+        lse2 = tl.load(lse2_ptr + rows, mask=rows < N, other=0.0)
+        g = tl.load(g_ptr + rows, mask=rows < N, other=0.0)  # 0 outside: those columns add nothing
+        logits = tl.dot(t, tl.trans(h), input_precision=PRECISION) * 1.4426950408889634  # [BLOCK_I, BLOCK_N]
+        p = tl.exp2(logits - lse2[None, :]) * g[None, :]
+        accumulator = tl.dot(_operand(p.to(DOT_DTYPE), UPCAST), h, accumulator, input_precision=PRECISION)
+    cols = tl.arange(0, BLOCK_D)
+    offsets = part * I * D + items[:, None] * D + cols[None, :]
+    tl.store(out_ptr + offsets, accumulator, mask=(items[:, None] < I) & (cols[None, :] < D))

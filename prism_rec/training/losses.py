@@ -1,0 +1,219 @@
+"""Full-softmax next-item loss over the whole item table, without materialising the logits on CUDA.
+
+``full_softmax_loss_sum(hidden [N, d], table [I, d], targets [N])`` = sum over rows of
+logsumexp(hidden @ table.T) - hidden . table[target], with ``targets`` 0-based item columns.
+
+Two paths, chosen by device (``path="auto"``) or explicitly:
+
+- ``"chunked"`` (CPU, and the reference): the logits of 4096 rows at a time, each chunk's logsumexp under
+  activation checkpointing, so the backward recomputes one chunk's [4096, I] logits at a time. This is
+  the loss ``prism_rec.training.trainer`` used before the fused path.
+- ``"fused"`` (CUDA with Triton; CPU tensors only under ``TRITON_INTERPRET=1``): our own Triton kernels.
+  The forward walks the item table in tiles with an online logsumexp (one fp32 value per row is kept);
+  the backward recomputes the tiles twice, once per row block for d(hidden) and once per item block for
+  d(table), so neither gradient needs atomics: the result is deterministic. All sums are fp32 (the tile
+  products accumulate in fp32, the gradients accumulate in fp32 registers and are written once, in the
+  input's dtype). Under CUDA autocast the products take the autocast dtype (bf16), as ``hidden @ table.T``
+  does in the chunked path; otherwise they take the inputs' dtype (fp32 products are full fp32 unless
+  ``torch.backends.cuda.matmul.allow_tf32`` is set). When a row block or item block alone would leave
+  the GPU idle, the walk is split in parts whose partial results are combined in PyTorch (also
+  deterministic). Any d up to 256 works (tiles are padded to a power of two); any N and I.
+
+Both libraries we considered install with our pins (pure-Python wheels) but do not fit: Liger-Kernel
+0.8.5's fused linear cross-entropy still materialises the logits chunk by chunk, with chunks sized for
+wide hidden states (at d = 64 it takes 16-64 rows per chunk, a Python loop of hundreds to thousands of
+launches) and a host sync (.item()) per call; cut-cross-entropy 25.1.1 is fused, but its backward needs
+bf16/fp16 hidden states (no fp32 runs), adds both gradients up in the hidden dtype (bf16) through
+lock-guarded read-modify-writes (rounding at every tile, order not deterministic), and drops small
+gradient tiles unless ``filter_eps=None``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+PATHS = ("auto", "fused", "chunked")
+LOGIT_CHUNK_ROWS = 4096
+MAX_FUSED_D = 256
+# tile sizes of the fused kernels: rows x items per tile (d is one tile)
+BLOCK_ROWS, BLOCK_ITEMS = 64, 128
+# the fused walk is split until about this many programs per streaming multiprocessor are launched
+PROGRAMS_PER_SM = 2
+_LOG2E = 1.4426950408889634
+
+
+def fused_available(device: torch.device) -> bool:
+    """Whether the fused path can run on ``device``: CUDA with Triton installed, or Triton's interpreter."""
+    if importlib.util.find_spec("triton") is None:
+        return False
+    return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def resolve_path(path: str, device: torch.device) -> str:
+    """``path`` ("auto", "fused" or "chunked") made concrete for tensors on ``device``."""
+    if path not in PATHS:
+        raise ValueError(f"loss path must be one of {PATHS}, got {path!r}")
+    if path == "auto":
+        return "fused" if device.type == "cuda" and fused_available(device) else "chunked"
+    if path == "fused" and not fused_available(device):
+        raise ValueError("the fused loss path needs Triton and CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors)")
+    return path
+
+
+def full_softmax_loss_sum(hidden: torch.Tensor, table: torch.Tensor, targets: torch.Tensor,
+                          path: str = "auto") -> torch.Tensor:
+    """Sum over rows of the full-softmax cross-entropy of ``hidden [N, d]`` against ``table [I, d]``.
+
+    ``targets [N]`` are 0-based rows of ``table``. Returns an fp32 scalar; differentiable in ``hidden``
+    and ``table``. ``path``: "auto" (fused on CUDA, chunked elsewhere), "fused" or "chunked".
+    """
+    if hidden.dim() != 2 or table.dim() != 2 or hidden.shape[1] != table.shape[1]:
+        raise ValueError(f"hidden [N, d] and table [I, d] must share d, got {tuple(hidden.shape)} and {tuple(table.shape)}")
+    if targets.shape != hidden.shape[:1]:
+        raise ValueError(f"targets must have shape [N] = {tuple(hidden.shape[:1])}, got {tuple(targets.shape)}")
+    positive = (hidden * table[targets]).sum(-1).float()  # [N]
+    if resolve_path(path, hidden.device) == "fused":
+        lse = fused_logsumexp(hidden, table)
+    else:
+        lse = chunked_logsumexp(hidden, table)
+    return (lse - positive).sum()
+
+
+def _logsumexp_rows(hidden: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    return torch.logsumexp((hidden @ table.t()).float(), dim=-1)
+
+
+def chunked_logsumexp(hidden: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """logsumexp(hidden @ table.T) per row [N] (fp32), ``LOGIT_CHUNK_ROWS`` rows of logits at a time,
+    each chunk checkpointed while gradients are recorded."""
+    parts = [
+        checkpoint(_logsumexp_rows, chunk, table, use_reentrant=False) if torch.is_grad_enabled() else
+        _logsumexp_rows(chunk, table)
+        for chunk in hidden.split(LOGIT_CHUNK_ROWS)
+    ]
+    return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
+
+
+def _compute_dtype(hidden: torch.Tensor, table: torch.Tensor) -> torch.dtype:
+    """The dtype of the tile products: the autocast dtype when autocast is on for the device (what
+    ``hidden @ table.T`` would use), else the promoted input dtype."""
+    device_type = hidden.device.type
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return torch.promote_types(hidden.dtype, table.dtype)
+
+
+def fused_logsumexp(hidden: torch.Tensor, table: torch.Tensor, splits: int | None = None) -> torch.Tensor:
+    """logsumexp(hidden @ table.T) per row [N] (fp32) through the Triton kernels; ``splits`` fixes the
+    number of parts each walk is split into (default: enough programs to fill the GPU)."""
+    if hidden.shape[1] > MAX_FUSED_D:
+        raise ValueError(f"the fused loss path takes d <= {MAX_FUSED_D}, got {hidden.shape[1]}")
+    if hidden.device != table.device:
+        raise ValueError(f"hidden is on {hidden.device} but table is on {table.device}")
+    return _FusedLogSumExp.apply(hidden, table, _compute_dtype(hidden, table), splits)
+
+
+class _FusedLogSumExp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, table, compute_dtype, splits):
+        hidden_c, table_c = _operands(hidden, table, compute_dtype)
+        lse = _launch_forward(hidden_c, table_c, compute_dtype, splits)
+        ctx.save_for_backward(hidden_c, table_c, lse)
+        ctx.compute_dtype, ctx.splits = compute_dtype, splits
+        ctx.hidden_dtype, ctx.table_dtype = hidden.dtype, table.dtype
+        return lse
+
+    @staticmethod
+    def backward(ctx, grad_lse):
+        hidden, table, lse = ctx.saved_tensors
+        grad_lse = grad_lse.float().contiguous()
+        d_hidden = d_table = None
+        if ctx.needs_input_grad[0]:
+            d_hidden = _launch_backward(hidden, table, lse, grad_lse, ctx.compute_dtype, ctx.splits, of_table=False)
+            d_hidden = d_hidden.to(ctx.hidden_dtype)
+        if ctx.needs_input_grad[1]:
+            d_table = _launch_backward(hidden, table, lse, grad_lse, ctx.compute_dtype, ctx.splits, of_table=True)
+            d_table = d_table.to(ctx.table_dtype)
+        return d_hidden, d_table, None, None
+
+
+def _split_count(blocks: int, tiles: int, device: torch.device, splits: int | None) -> tuple[int, int]:
+    """(number of parts, tiles per part) of a walk over ``tiles`` tiles done by ``blocks`` programs each."""
+    if splits is None:
+        if device.type != "cuda":
+            splits = 1
+        else:
+            target = PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
+            splits = max(1, min(-(-target // max(blocks, 1)), tiles // 4))
+    splits = max(1, min(splits, tiles))
+    per_split = -(-tiles // splits)
+    return -(-tiles // per_split), per_split
+
+
+def _launch_settings(hidden: torch.Tensor, compute_dtype: torch.dtype) -> dict:
+    import triton.language as tl  # imported at the first fused call (see loss_kernels.py)
+
+    dtypes = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+    if compute_dtype not in dtypes:
+        raise ValueError(f"the fused loss path computes in fp32, bf16 or fp16, not {compute_dtype}")
+    ieee = compute_dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32
+    block_d = max(16, 1 << (hidden.shape[1] - 1).bit_length())
+    return {"DOT_DTYPE": dtypes[compute_dtype], "PRECISION": "ieee" if ieee else "tf32", "BLOCK_D": block_d,
+            "UPCAST": hidden.device.type != "cuda", "num_warps": 4}
+
+
+def _operands(hidden, table, compute_dtype):
+    """The inputs, contiguous, rounded once to the product dtype where it is narrower (under autocast:
+    fp32 -> bf16): the kernels then read half the bytes per tile, and Triton's interpreter, whose
+    fp32 -> bf16 cast truncates, sees the values rounded to nearest as on CUDA."""
+    return tuple((x.to(compute_dtype) if x.element_size() > compute_dtype.itemsize else x).contiguous()
+                 for x in (hidden, table))
+
+
+def _launch_forward(hidden, table, compute_dtype, splits):
+    n, d = hidden.shape
+    items = table.shape[0]
+    if n == 0:
+        return hidden.new_zeros(0, dtype=torch.float32)
+    row_blocks, item_tiles = -(-n // BLOCK_ROWS), -(-items // BLOCK_ITEMS)
+    parts, per_part = _split_count(row_blocks, item_tiles, hidden.device, splits)
+    maxima = torch.empty(parts, n, dtype=torch.float32, device=hidden.device)
+    sums = torch.empty_like(maxima)
+    from .loss_kernels import _lse_forward
+
+    _lse_forward[(row_blocks, parts)](
+        hidden, table, maxima, sums, n, items, d, item_tiles, per_part,
+        BLOCK_N=BLOCK_ROWS, BLOCK_I=BLOCK_ITEMS, **_launch_settings(hidden, compute_dtype))
+    if parts == 1:
+        return (maxima[0] + torch.log2(sums[0])) / _LOG2E
+    top = maxima.max(0).values
+    return (top + torch.log2((sums * torch.exp2(maxima - top)).sum(0))) / _LOG2E
+
+
+def _launch_backward(hidden, table, lse, grad_lse, compute_dtype, splits, of_table: bool):
+    """d(hidden) [N, d] (one program per row block walking the item tiles) or, ``of_table``, d(table)
+    [I, d] (one program per item block walking the row tiles); fp32."""
+    n, d = hidden.shape
+    items = table.shape[0]
+    rows_out = items if of_table else n
+    if n == 0:
+        return torch.zeros(rows_out, d, dtype=torch.float32, device=hidden.device)
+    blocks = -(-rows_out // (BLOCK_ITEMS if of_table else BLOCK_ROWS))
+    tiles = -(-n // BLOCK_ROWS) if of_table else -(-items // BLOCK_ITEMS)
+    parts, per_part = _split_count(blocks, tiles, hidden.device, splits)
+    partial = torch.empty(parts, rows_out, d, dtype=torch.float32, device=hidden.device)
+    from .loss_kernels import _lse_backward_hidden, _lse_backward_table
+
+    kernel = _lse_backward_table if of_table else _lse_backward_hidden
+    kernel[(blocks, parts)](
+        hidden, table, lse * _LOG2E, grad_lse, partial, n, items, d, tiles, per_part,
+        BLOCK_N=BLOCK_ROWS, BLOCK_I=BLOCK_ITEMS, **_launch_settings(hidden, compute_dtype))
+    return partial[0] if parts == 1 else partial.sum(0)
+
+
+__all__ = ["PATHS", "LOGIT_CHUNK_ROWS", "full_softmax_loss_sum", "chunked_logsumexp", "fused_logsumexp",
+           "fused_available", "resolve_path"]

@@ -1,0 +1,378 @@
+"""Training and evaluation of one (backbone, seed) on a processed dataset.
+
+Next-item prediction at every position of every training window (``training_windows``); full softmax
+cross-entropy over all items (default) or sampled softmax with shared uniform negatives; AdamW; early
+stopping on validation AUC; the best weights are restored for the test evaluation. Runs can be
+checkpointed and resumed exactly, and trained data-parallel under torchrun.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import math
+import resource
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
+
+from .config import TrainConfig
+from .devices import resolve_device
+from .checkpoint import StopRequest, capture_rng, load, restore_rng, save_atomically
+from .compile import optimizer_options, resolve_compile, training_encoder
+from ..data.batching import evaluation_batch, training_windows
+from ..data.core import ProcessedDataset
+from .distributed import World
+from .losses import full_softmax_loss_sum
+from .metrics import METRIC_NAMES, MetricMeans, metrics_from_counts, target_counts
+from ..models.recommender import SequentialRecommender
+from .optim import parameter_groups
+from ..models.popularity import PopularityRecommender, training_counts
+from ..registry import backbone_entry
+
+CHECKPOINT_FORMAT = "prism-rec-training-1"
+
+
+def build_model(dataset: ProcessedDataset, backbone: str,
+                config: TrainConfig) -> SequentialRecommender | PopularityRecommender:
+    """The recommender of ``backbone``: a ``SequentialRecommender`` around it, or for a popularity ranker
+    (``pop``) the dataset's training counts."""
+    if getattr(backbone_entry(backbone).factory, "ranks_by_popularity", False):
+        return PopularityRecommender(training_counts(dataset))
+    return SequentialRecommender(
+        dataset.n_items, backbone, d_model=config.d_model, max_len=config.max_len, dropout=config.dropout,
+        n_layers=config.n_layers, n_heads=config.n_heads, **config.backbone_options,
+    )
+
+
+class NextItemObjective(nn.Module):
+    """Summed next-item cross-entropy of a batch of windows; the module that DistributedDataParallel wraps.
+
+    ``forward(window [B, T + 1])`` returns (sum of the losses of the real positions, their number); the
+    caller divides by the number of positions of the whole (global) batch.
+    """
+
+    def __init__(self, model: SequentialRecommender, config: TrainConfig, generator: torch.Generator):
+        super().__init__()
+        self.model, self.config, self.generator = model, config, generator
+        self.encode = model.encode  # replaced by a compiled encoder when the step is compiled (prism_rec/training/compile.py)
+
+    def forward(self, window: torch.Tensor) -> tuple[torch.Tensor, int]:
+        inputs, targets = window[:, :-1], window[:, 1:]
+        hidden = self.encode(inputs)  # [B, T, d]
+        trained = (inputs > 0) & (targets > 0)  # [B, T]
+        hidden, targets = hidden[trained], targets[trained]  # [N, d], [N]
+        table = self.model.item_table()  # [I, d]
+        if self.config.loss == "full":  # fused Triton kernels on CUDA, chunked logits elsewhere (losses.py)
+            loss_sum = full_softmax_loss_sum(hidden, table, targets - 1)
+        else:
+            positive = (hidden * table[targets - 1]).sum(-1).float()  # [N]
+            negatives = torch.randint(1, self.model.n_items + 1, (self.config.n_negatives,), device=window.device,
+                                      generator=self.generator)
+            negative_logits = (hidden @ table[negatives - 1].t()).float()  # [N, k]
+            negative_logits = negative_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
+            logits = torch.cat([positive[:, None], negative_logits], dim=1)
+            loss_sum = F.cross_entropy(logits, torch.zeros_like(targets), reduction="sum")
+        return loss_sum, int(trained.sum())
+
+
+@torch.no_grad()
+def evaluate(model: SequentialRecommender, dataset: ProcessedDataset, cases: np.ndarray, config: TrainConfig,
+             device: torch.device, description: str = "eval", world: World = World(),
+             case_ranks: dict | None = None) -> dict[str, float]:
+    """Full-ranking metrics of ``cases`` (user, position) rows, batched on ``device``; in a data-parallel
+    world every rank ranks its share of the cases and the metric sums and counts are added up. A
+    ``case_ranks`` dict receives every case's user and twice-rank (2 * above + tied others, case_ranks.py)
+    as arrays "users" and "twice_rank", in the order of ``cases``, and "n_items"."""
+    model.eval()
+    means = MetricMeans()
+    own_cases = world.share(cases)
+    own_ranks = []
+    batches = range(0, len(own_cases), config.eval_batch_size)
+    for start in tqdm(batches, desc=description, leave=False, disable=not (config.progress and world.is_main)):
+        histories, targets = evaluation_batch(dataset, own_cases[start : start + config.eval_batch_size],
+                                              config.max_len)
+        hidden = model.encode(torch.from_numpy(histories).to(device))[:, -1]  # [C, d]
+        with torch.autocast(device.type, enabled=False):  # bf16 scores would tie many items with the target
+            scores = model.score_all(hidden.float())  # [C, I]
+        above, tied_others = target_counts(scores, torch.from_numpy(targets - 1).to(device))  # [C] each
+        means.add(metrics_from_counts(above, tied_others, dataset.n_items))
+        if case_ranks is not None:
+            own_ranks.append((2 * above + tied_others).cpu().numpy())
+    if case_ranks is not None:
+        ranks = np.concatenate(world.gather_objects(np.concatenate(own_ranks) if own_ranks else np.zeros(0, np.int64)))
+        case_ranks.update(users=cases[:, 0].copy(), twice_rank=ranks, n_items=dataset.n_items)
+    if world.distributed:
+        totals = world.sum([means.sums[name] for name in METRIC_NAMES] + [means.count], device)
+        means = MetricMeans()
+        means.add_sums(dict(zip(METRIC_NAMES, totals[:-1])), int(totals[-1]))
+    return means.means()
+
+
+def set_seed(seed: int) -> None:
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _fresh_progress() -> dict:
+    """Loop state of a run that has not trained yet (also the layout of a checkpoint's "progress")."""
+    return {"epoch": 0, "next_batch": 0, "order": None, "best_valid_auc": -math.inf, "best_epoch": -1,
+            "best_state": None, "history": [], "train_seconds": 0.0, "trained_tokens": 0, "wall_seconds": 0.0,
+            "epoch_loss_count": 0, "diverged_epoch": 0, "done": False}
+
+
+def fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig,
+        on_epoch: Callable[[int, dict], None] | None = None, checkpoint_path: Path | None = None,
+        resume: bool = False, world: World = World()) -> dict:
+    """Train ``backbone`` on ``dataset`` and return validation and test metrics plus cost figures.
+
+    ``on_epoch(epoch, metrics)`` is called after every epoch with train_loss and valid_* metrics.
+    With ``checkpoint_path``, a checkpoint is written after every epoch (the last included) and when
+    Ctrl-C, SIGTERM or SIGHUP stops training, mid-epoch or after the epoch's validation (then
+    KeyboardInterrupt is raised); ``resume`` continues from that file and reaches the same result as an
+    uninterrupted run. In a data-parallel ``world`` (torchrun), each
+    rank trains on its share of every global batch of ``config.batch_size`` windows and rank 0 writes
+    the checkpoint. ``config.precision`` "fp32" turns TF32 off while it trains (restored after). On the
+    CPU, PyTorch's deterministic algorithms are on while it trains (see :func:`_deterministic`).
+    """
+    on_cpu = world.device(resolve_device(config.device)).type == "cpu"
+    with _tf32_off(config.precision == "fp32"), _deterministic(on_cpu):
+        return _fit(dataset, backbone, config, on_epoch, checkpoint_path, resume, world)
+
+
+@contextlib.contextmanager
+def _deterministic(enabled: bool):
+    """``torch.use_deterministic_algorithms(True)`` inside the block when ``enabled``, restored after.
+
+    On the CPU, the backward of advanced indexing (``table[targets]``: ``index_put_`` with accumulation)
+    otherwise adds rows with atomics from several threads, in whatever order the threads get there, so
+    the same run gave other gradients whenever the machine was busy; the deterministic path sorts the
+    indices first.
+    """
+    saved = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    if enabled:
+        torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+
+
+@contextlib.contextmanager
+def _tf32_off(enabled: bool):
+    """TF32 matrix products and convolutions off inside the block when ``enabled``, the flags restored after."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    if enabled:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch, checkpoint_path: Path | None,
+         resume: bool, world: World) -> dict:
+    config.validate()
+    if config.batch_size < world.size:
+        raise ValueError(f"option --batch-size: {config.batch_size} windows cannot be shared by {world.size} processes")
+    device = world.device(resolve_device(config.device))
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)  # code that launches on the current device (Triton) follows the model
+    set_seed(config.seed)
+    model = build_model(dataset, backbone, config).to(device)
+    if not any(True for _ in model.parameters()):
+        return _evaluate_untrained(model, dataset, backbone, config, device, world)
+    compile_mode = resolve_compile(config.compile, device, world.distributed)
+    optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.lr,
+                                  **optimizer_options(compile_mode, device))
+    windows = torch.from_numpy(training_windows(dataset, config.max_len))  # [U', T + 1]
+    if not len(windows):
+        raise ValueError(f"{dataset.name}: no user has two training interactions")
+    targets_per_window = ((windows[:, :-1] > 0) & (windows[:, 1:] > 0)).sum(1)  # [U']
+    generators = {"shuffler": torch.Generator().manual_seed(config.seed),
+                  "sampler": torch.Generator(device=device).manual_seed(config.seed)}
+    progress = _fresh_progress()
+    if resume:
+        progress = _restore(checkpoint_path, dataset, config, world, model, optimizer, generators)
+    objective = NextItemObjective(model, config, generators["sampler"])
+    objective.encode = training_encoder(model, config.batch_size, compile_mode)
+    trainer = (DistributedDataParallel(objective, device_ids=[device] if device.type == "cuda" else None)
+               if world.distributed else objective)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16,
+                              enabled=device.type == "cuda" and config.precision == "bf16")
+    wall_start = time.perf_counter() - progress["wall_seconds"]
+
+    def save(epoch_loss_sum: float) -> None:
+        per_rank = world.gather_objects({"rng": capture_rng(generators), "epoch_loss_sum": epoch_loss_sum})
+        if checkpoint_path is not None and world.is_main:
+            save_atomically({"format": CHECKPOINT_FORMAT, "config": config.identity(), "world_size": world.size,
+                             "data": data_signature(dataset), "model": model.state_dict(), "optimizer": optimizer.state_dict(), "per_rank": per_rank,
+                             "progress": {**progress, "wall_seconds": time.perf_counter() - wall_start}},
+                            checkpoint_path)
+        world.barrier()
+
+    with StopRequest() as stop:
+        epoch_loss_sum = progress.pop("epoch_loss_sum", 0.0)
+        while progress["epoch"] < config.epochs and not progress["done"]:
+            epoch = progress["epoch"]
+            model.train()
+            if progress["order"] is None:
+                progress["order"] = torch.randperm(len(windows), generator=generators["shuffler"])
+            batches = progress["order"].split(config.batch_size)
+            shown = tqdm(total=len(batches), initial=progress["next_batch"], desc=f"{backbone} epoch {epoch + 1}/{config.epochs}",
+                         leave=False, disable=not (config.progress and world.is_main))
+            epoch_start = time.perf_counter()
+            # the loss sum stays on the device until the epoch ends, one host sync fewer per step (float64:
+            # the same sum as adding each step's value on the host)
+            loss_accumulator = torch.tensor(epoch_loss_sum, dtype=torch.float64, device=device)
+            for batch_index in range(progress["next_batch"], len(batches)):
+                if world.any(stop.requested, device):
+                    progress["next_batch"] = batch_index
+                    progress["train_seconds"] += time.perf_counter() - epoch_start
+                    save(float(loss_accumulator))
+                    raise KeyboardInterrupt(f"training stopped at epoch {epoch + 1}, batch {batch_index}")
+                index = batches[batch_index]
+                own, weight = world.share(index), 1.0
+                if not len(own):  # fewer windows than processes: train on one with weight 0 to keep in step
+                    own, weight = index[:1], 0.0
+                batch_targets = int(targets_per_window[index].sum())
+                with autocast:
+                    loss_sum, own_targets = trainer(windows[own].to(device))
+                optimizer.zero_grad(set_to_none=True)
+                # DistributedDataParallel averages gradients over ranks: scale so they add up to the global mean
+                (loss_sum * (weight * world.size / batch_targets)).backward()
+                optimizer.step()
+                loss_accumulator += loss_sum.detach().double() * weight
+                progress["epoch_loss_count"] += batch_targets
+                shown.update()
+                if not shown.disable:
+                    shown.set_postfix(loss=f"{float(loss_sum.detach()) / max(own_targets, 1):.4f}")
+                stop.count_batch()
+            shown.close()
+            epoch_loss_sum = float(loss_accumulator)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            progress["train_seconds"] += time.perf_counter() - epoch_start
+            progress["trained_tokens"] += progress["epoch_loss_count"]
+            loss_total = world.sum([epoch_loss_sum], device)[0]
+            metrics = None
+            try:
+                with autocast:
+                    valid = evaluate(model, dataset, dataset.valid_cases, config, device, f"{backbone} valid", world)
+            except FloatingPointError:  # diverged: like early stopping, keep the best epoch (if there is one)
+                if progress["best_state"] is None:
+                    raise
+                progress.update(diverged_epoch=epoch + 1, done=True)
+            else:
+                metrics = {"train_loss": loss_total / max(progress["epoch_loss_count"], 1),
+                           **{f"valid_{k}": v for k, v in valid.items()}}
+                progress["history"].append(metrics)
+                improved = metrics["valid_auc"] > progress["best_valid_auc"]
+                if improved:
+                    progress.update(best_valid_auc=metrics["valid_auc"], best_epoch=epoch,
+                                    best_state=copy.deepcopy(model.state_dict()))
+                progress.update(epoch=epoch + 1, next_batch=0, order=None, epoch_loss_count=0,
+                                done=not improved and epoch - progress["best_epoch"] >= config.patience)
+                epoch_loss_sum = 0.0
+            save(epoch_loss_sum)  # before on_epoch: a run killed in between logs the epoch when resumed
+            if on_epoch and metrics:
+                on_epoch(epoch, metrics)
+            if world.any(stop.requested, device):  # a stop requested during the validation
+                raise KeyboardInterrupt(f"training stopped after epoch {epoch + 1}")
+    model.load_state_dict(progress["best_state"])
+    case_ranks: dict = {}
+    with autocast:
+        test = evaluate(model, dataset, dataset.test_cases, config, device, f"{backbone} test", world, case_ranks)
+    history, best_epoch = progress["history"], progress["best_epoch"]
+    return _result(model, device, history, best_epoch, test, case_ranks, wall_start,
+                   progress["trained_tokens"] / max(progress["train_seconds"], 1e-9), progress["diverged_epoch"])
+
+
+def _result(model: nn.Module, device: torch.device, history: list[dict], best_epoch: int, test: dict,
+            case_ranks: dict, wall_start: float, tokens_per_s: float, diverged_epoch: int = 0) -> dict:
+    """What ``fit`` returns (``best_epoch`` 0-based into ``history``; ``diverged_epoch`` the epoch whose
+    validation scores were not finite, which ended training, or 0)."""
+    return {
+        "model": model,
+        "best_epoch": best_epoch + 1,
+        "epochs_run": len(history),
+        "history": history,
+        "valid": {k.removeprefix("valid_"): v for k, v in history[best_epoch].items() if k.startswith("valid_")},
+        "test": test,
+        "test_case_ranks": case_ranks,
+        "diverged_epoch": diverged_epoch,
+        "train_tokens_per_s": tokens_per_s,
+        "peak_memory_mb": peak_memory_mb(device),
+        "wall_seconds": time.perf_counter() - wall_start,
+        "n_parameters": sum(p.numel() for p in model.parameters()),
+    }
+
+
+def _evaluate_untrained(model: nn.Module, dataset: ProcessedDataset, backbone: str, config: TrainConfig,
+                        device: torch.device, world: World) -> dict:
+    """``fit`` of a model with nothing to train (``pop``): one validation and one test evaluation; its
+    history is that one validation row, reported as epoch 1 of 1 with no training tokens."""
+    wall_start = time.perf_counter()
+    valid = evaluate(model, dataset, dataset.valid_cases, config, device, f"{backbone} valid", world)
+    case_ranks: dict = {}
+    test = evaluate(model, dataset, dataset.test_cases, config, device, f"{backbone} test", world, case_ranks)
+    history = [{"train_loss": math.nan, **{f"valid_{k}": v for k, v in valid.items()}}]
+    return _result(model, device, history, 0, test, case_ranks, wall_start, 0.0)
+
+
+def _restore(path: Path | None, dataset: ProcessedDataset, config: TrainConfig, world: World,
+             model: SequentialRecommender,
+             optimizer: torch.optim.Optimizer, generators: dict[str, torch.Generator]) -> dict:
+    """Load ``path`` into the model, optimizer and generators; returns the saved loop progress."""
+    if path is None:
+        raise ValueError("option --resume: no checkpoint file given")
+    state = read_checkpoint(path, dataset, config, world.size)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    own = state["per_rank"][world.rank]
+    restore_rng(own["rng"], generators)
+    # keys added to the loop state since a checkpoint was written (diverged_epoch) start fresh
+    return {**_fresh_progress(), **state["progress"], "epoch_loss_sum": own["epoch_loss_sum"]}
+
+
+def data_signature(dataset: ProcessedDataset) -> str:
+    """A hash of the processed sequences and cases: the data a checkpoint was trained on."""
+    digest = hashlib.blake2b(digest_size=8)
+    for array in (dataset.items, dataset.offsets, dataset.train_length, dataset.valid_cases, dataset.test_cases):
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def read_checkpoint(path: Path, dataset: ProcessedDataset, config: TrainConfig, world_size: int) -> dict:
+    """The training checkpoint at ``path``, checked to be one of ``config`` on ``dataset`` written by
+    ``world_size`` processes; a ValueError names the file and what is wrong (unreadable, foreign, other
+    settings or data)."""
+    state = load(path)
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"checkpoint {path}: not a prism-rec training checkpoint (format {found!r})")
+    if state["config"] != config.identity():
+        changed = sorted(k for k in {**state["config"], **config.identity()}
+                         if state["config"].get(k) != config.identity().get(k))
+        raise ValueError(f"checkpoint {path}: written with other settings ({', '.join(changed)})")
+    if state["world_size"] != world_size:
+        raise ValueError(f"checkpoint {path}: written by {state['world_size']} processes; "
+                         f"resume with NPROC={state['world_size']} (this run has {world_size})")
+    if state.get("data", data_signature(dataset)) != data_signature(dataset):
+        raise ValueError(f"checkpoint {path}: trained on other data (the dataset's files or processing changed "
+                         "since); delete it to train from scratch")
+    return state
