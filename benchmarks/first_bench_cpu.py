@@ -62,8 +62,8 @@ def main() -> None:
     result = trainer.fit(dataset, args.model, config, on_epoch=record)
     with open(args.out, "a") as handle:
         handle.write(json.dumps({"model": args.model, "threads": args.threads, "compile": args.compile,
-                                 "best_epoch": result["best_epoch"], "test_auc": result["test"]["auc"],
-                                 "wall_seconds": result["wall_seconds"]}) + "\n")
+                                 "best_epoch": result.best_epoch, "test_auc": result.test["auc"],
+                                 "wall_seconds": result.wall_seconds}) + "\n")
 
 
 if __name__ == "__main__":

@@ -256,8 +256,10 @@ def check_fused(device: torch.device) -> list[str]:
                     for a, b in zip(results["fused"], results["chunked"])]
             limit = (1e-3, 0.03) if autocast else (1e-5, 1e-4)
             label = f"N {n}, I {items}, d {d}, {'bf16 autocast' if autocast else 'fp32'}"
-            lines.append(f"- {label}: relative gap of loss {gaps[0]:.1e}, d(hidden) {gaps[1]:.1e}, d(table) {gaps[2]:.1e}")
-            assert gaps[0] < limit[0] and max(gaps[1:]) < limit[1], f"fused loss differs from chunked at {label}: {gaps}"
+            lines.append(f"- {label}: relative gap of loss {gaps[0]:.1e}, d(hidden) {gaps[1]:.1e}, "
+                         f"d(table) {gaps[2]:.1e}")
+            assert gaps[0] < limit[0] and max(gaps[1:]) < limit[1], \
+                f"fused loss differs from chunked at {label}: {gaps}"
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
     return lines
@@ -308,7 +310,8 @@ def solo_cell(dataset, windows: torch.Tensor, backbone: str, compile_mode: str, 
     max_len = windows.shape[1] - 1
     order = torch.randperm(len(windows), generator=torch.Generator().manual_seed(0))
     batches = [windows[index] for index in order.split(args.batch_size)]
-    batches = (batches * (-(-(args.solo_warmup + args.solo_steps) // len(batches))))[: args.solo_warmup + args.solo_steps]
+    steps = args.solo_warmup + args.solo_steps
+    batches = (batches * (-(-steps // len(batches))))[:steps]
     tokens = [int(((b[:, :-1] > 0) & (b[:, 1:] > 0)).sum()) for b in batches]
     trainer = None
     try:
@@ -327,7 +330,8 @@ def solo_cell(dataset, windows: torch.Tensor, backbone: str, compile_mode: str, 
     finally:
         del trainer
         reset_memory(device)
-    row = {"dataset": dataset.name, "model": backbone, "tokens_per_s": f"{sum(tokens[args.solo_warmup:]) / seconds:.0f}",
+    row = {"dataset": dataset.name, "model": backbone,
+           "tokens_per_s": f"{sum(tokens[args.solo_warmup:]) / seconds:.0f}",
            "step_ms": f"{seconds / timed * 1000:.3f}", "batch_size": args.batch_size, "max_len": max_len,
            "n_items": dataset.n_items, "dtype": dtype_label(device), "machine": machine_description(device),
            "command": command, "compile": compile_mode}
@@ -369,10 +373,12 @@ def step_markdown(rows: list[dict], profiles: list[dict], solo_rows: list[dict],
         columns = list(dict.fromkeys((r["seq_len"], r["n_items"], r["loss_path"], r["compile"]) for r in own))
         cells = {(r["model"], r["seq_len"], r["n_items"], r["loss_path"], r["compile"]): r for r in own}
         lines += [f"## {title}: median ms per step (peak GiB)", "",
-                  "| backbone | " + " | ".join(f"T {t}, {i:,} items, {p}, compile {c}" for t, i, p, c in columns) + " |",
+                  "| backbone | " + " | ".join(f"T {t}, {i:,} items, {p}, compile {c}" for t, i, p,
+                                               c in columns) + " |",
                   "|---|" + "---:|" * len(columns)]
         for model in dict.fromkeys(r["model"] for r in own):
-            lines.append(f"| {model} | " + " | ".join(ms_cell(cells.get((model, *column))) for column in columns) + " |")
+            lines.append(f"| {model} | " + " | ".join(ms_cell(cells.get((model, *column))) for column in columns)
+                         + " |")
         warmups = [f"{r['model']} T {r['seq_len']} {r['compile']} {r['warmup_s']}" for r in own
                    if r["status"] == "ok" and r["compile"] != "off"]
         lines += ["", *speedup_lines(own)]
@@ -382,7 +388,8 @@ def step_markdown(rows: list[dict], profiles: list[dict], solo_rows: list[dict],
     if profiles:
         lines += ["## Where the time goes (torch.profiler; top operators by device time, ms per step)", "",
                   "Wall ms far above device ms: the step waits on launches and Python, not on the GPU.", "",
-                  "| backbone | shape | compile | wall ms/step | device ms/step | GPU kernels (CPU: operator calls)/step | top operators |",
+                  "| backbone | shape | compile | wall ms/step | device ms/step "
+                  "| GPU kernels (CPU: operator calls)/step | top operators |",
                   "|---|---|---|---:|---:|---:|---|"]
         lines += [f"| {p['model']} | T {p['seq_len']}, {p['loss_path']} | {p['compile']} | {p['wall_ms']} | "
                   f"{p['device_ms']} | {p['launches']} | {p['top']} |" for p in profiles]
@@ -395,7 +402,8 @@ def step_markdown(rows: list[dict], profiles: list[dict], solo_rows: list[dict],
                   "|---|---|" + "---:|" * len(modes)]
         for dataset, model in dict.fromkeys((r["dataset"], r["model"]) for r in solo_rows):
             cells = [solo.get((dataset, model, m)) for m in modes]
-            values = ["failed or skipped" if c is None else f"{float(c['tokens_per_s']):,.0f} ({float(c['step_ms']):.1f})"
+            values = ["failed or skipped" if c is None else f"{float(c['tokens_per_s']):,.0f} "
+                      f"({float(c['step_ms']):.1f})"
                       for c in cells]
             lines.append(f"| {dataset} | {model} | " + " | ".join(values) + " |")
         lines += ["", *grid_speedup_lines(solo_rows), ""]
@@ -434,7 +442,8 @@ def grid_speedup_lines(solo_rows: list[dict]) -> list[str]:
         per_dataset = []
         for dataset in dict.fromkeys(d for d, _ in pairs):
             own = [times for (d, _), times in pairs.items() if d == dataset]
-            per_dataset.append(f"{dataset} {sum(e for e, _ in own) / sum(c for _, c in own):.2f}x ({len(own)} backbones)")
+            per_dataset.append(f"{dataset} {sum(e for e, _ in own) / sum(c for _, c in own):.2f}x "
+                               f"({len(own)} backbones)")
         total = sum(e for e, _ in pairs.values()) / sum(c for _, c in pairs.values())
         lines.append(f"Grid speed-up per GPU-hour, compile {mode} over eager (sum of the backbones' solo step times, "
                      f"equal steps per backbone; one job alone on the GPU, not the grid's MPS sharing): "
@@ -495,7 +504,7 @@ def parse_list(value: str, everything: list[str] | tuple[str, ...]) -> list[str]
 
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="all", help="backbones, comma-separated, or all (default)")
     parser.add_argument("--device", default="auto")
@@ -531,7 +540,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--merge", default="",
                         help="only merge the step.json of these run folders (comma-separated) into --out-dir")
     parser.add_argument("--out-dir", type=Path, default=Path("results"))
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if args.merge:
         report = merge([Path(part) for part in args.merge.split(",") if part], args.out_dir)
         print(step_markdown(report.rows, report.profiles, report.solo_rows, report.checks, report.header), flush=True)
@@ -542,29 +555,50 @@ def main(argv: list[str] | None = None) -> None:
         device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
         torch.cuda.set_device(device)
     command = "python benchmarks/step_bench.py " + shlex.join(sys.argv[1:] if argv is None else argv)
-    machine = machine_description(device)
     models = trained_backbones(parse_list(args.models, list_backbones()))
+    loss_paths = usable_loss_paths(args.loss_path, device)
+    compile_modes = list(dict.fromkeys(resolve_compile(mode, device) for mode in args.compile.split(",") if mode))
+    solo_modes = list(dict.fromkeys(resolve_compile(mode, device) for mode in args.solo_compile.split(",") if mode))
+    solo_modes = solo_modes or compile_modes
+    header = report_header(args, device, command)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    checks = startup_checks(args, device, loss_paths, compile_modes)
+    report = Report(args.out_dir, header, checks, solo_modes[-1] if args.datasets and solo_modes else None, command)
+    if not args.no_steps:
+        measure_step_cells(report, args, models, loss_paths, compile_modes, device, budget)
+    if args.datasets:
+        measure_solo(report, args, models, solo_modes, device, command, budget)
+    report.write()
+    print(step_markdown(report.rows, report.profiles, report.solo_rows, checks, header), flush=True)
+
+
+def usable_loss_paths(option: str, device: torch.device) -> list[str]:
+    """The loss paths of ``--loss-path`` that run on ``device`` (the others said and skipped)."""
     loss_paths = []
-    for path in args.loss_path.split(","):
+    for path in option.split(","):
         try:
             loss_paths.append(resolve_path(path, device))
         except ValueError as error:
             print(f"loss path {path!r} skipped on {device}: {error}", flush=True)
-    compile_modes = list(dict.fromkeys(resolve_compile(mode, device) for mode in args.compile.split(",") if mode))
-    solo_modes = list(dict.fromkeys(resolve_compile(mode, device) for mode in args.solo_compile.split(",") if mode))
-    solo_modes = solo_modes or compile_modes
-    header = [f"# Training step: {machine}", "",
-              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; triton "
-              f"{triton_version()}; {dtype_label(device)}; command `{command}`.",
-              f"One step = forward, backward, AdamW (prism_rec.training.trainer's model and objective, full softmax through "
-              f"prism_rec.training.losses), batch {args.batch_size}, d_model {args.d_model}, {args.n_layers} layers, "
-              f"{args.n_heads} heads, random full windows; median wall time of up to {args.steps} steps after "
-              f"{args.warmup} warm-up steps, synchronised per step; peak = torch.cuda.max_memory_allocated. "
-              f"Compile modes (prism_rec/training/compile.py): off = eager; inductor = the encoder through torch.compile; "
-              f"cudagraphs = the same replayed as CUDA graphs; compiled steps use fused AdamW on CUDA. The warm-up "
-              f"steps include the compilation, which the timed steps do not."]
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    lengths = [int(x) for x in args.lengths.split(",") if x]
+    return loss_paths
+
+
+def report_header(args: argparse.Namespace, device: torch.device, command: str) -> list[str]:
+    return [f"# Training step: {machine_description(device)}", "",
+            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; triton "
+            f"{triton_version()}; {dtype_label(device)}; command `{command}`.",
+            f"One step = forward, backward, AdamW (prism_rec.training.trainer's model and objective, full softmax "
+            f"through prism_rec.training.losses), batch {args.batch_size}, d_model {args.d_model}, {args.n_layers} "
+            f"layers, {args.n_heads} heads, random full windows; median wall time of up to {args.steps} steps after "
+            f"{args.warmup} warm-up steps, synchronised per step; peak = torch.cuda.max_memory_allocated. "
+            f"Compile modes (prism_rec/training/compile.py): off = eager; inductor = the encoder through "
+            f"torch.compile; cudagraphs = the same replayed as CUDA graphs; compiled steps use fused AdamW on CUDA. "
+            f"The warm-up steps include the compilation, which the timed steps do not."]
+
+
+def startup_checks(args: argparse.Namespace, device: torch.device, loss_paths: list[str],
+                   compile_modes: list[str]) -> list[str]:
+    """The fused loss and the compiled encoders against their references, before anything is timed."""
     checks = []
     if device.type == "cuda" and "fused" in loss_paths and not (args.no_steps or args.check_only):
         checks += ["Fused loss against the chunked one (stops the run when they differ):", *check_fused(device), ""]
@@ -577,50 +611,56 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0 if compiled_passed else 1)
     if compiled_checks:
         checks += ["Compiled encoder against eager (fp32, TF32 off, dropout 0):", *compiled_checks, ""]
-    report = Report(args.out_dir, header, checks, solo_modes[-1] if args.datasets and solo_modes else None, command)
-    if not args.no_steps:
-        def measure(cells: list[tuple[str, str, int, int]]) -> None:
-            for section, backbone, items, length in cells:
-                for path in loss_paths:
-                    for mode in compile_modes:
-                        report.rows.append(step_cell(section, backbone, items, length, path, mode, args, device,
-                                                     budget))
-                        report.write()
+    return checks
 
-        # in the order a run cut short should keep: the first length, its profiles (TorchInductor's cache
-        # holds their compiled graphs by then), Books scale, the other lengths
-        measure([("step", backbone, args.items, length) for length in lengths[:1] for backbone in models])
-        for backbone in models if args.profile_steps and lengths and loss_paths else []:
-            for mode in compile_modes:
-                if not budget.spent():
-                    shape = {"model": backbone, "seq_len": lengths[0], "loss_path": loss_paths[0], "compile": mode}
-                    report.profiles.append({**shape, **profile_backbone(backbone, args.items, lengths[0],
-                                                                        loss_paths[0], mode, args, device)})
+
+def measure_step_cells(report: Report, args: argparse.Namespace, models: list[str], loss_paths: list[str],
+                       compile_modes: list[str], device: torch.device, budget: Budget) -> None:
+    """Every step cell, in the order a run cut short should keep: the first length, its profiles
+    (TorchInductor's cache holds their compiled graphs by then), Books scale, the other lengths."""
+    lengths = [int(x) for x in args.lengths.split(",") if x]
+
+    def measure(cells: list[tuple[str, str, int, int]]) -> None:
+        for section, backbone, items, length in cells:
+            for path in loss_paths:
+                for mode in compile_modes:
+                    report.rows.append(step_cell(section, backbone, items, length, path, mode, args, device, budget))
                     report.write()
-        measure([("books", backbone, args.books_items, args.books_length)
-                 for backbone in parse_list(args.books_models, models)])
-        measure([("step", backbone, args.items, length) for length in lengths[1:] for backbone in models])
-    if args.datasets:
-        solo_models = trained_backbones(parse_list(args.solo_models, models)) if args.solo_models else models
-        for name in parse_list(args.datasets, HEADLINE_DATASETS):
-            try:
-                get_dataset(name)
-                dataset = load_dataset(name)
-            except KeyError:
-                print(f"solo: dataset {name!r} is not registered; skipped", flush=True)
-                continue
-            except MissingDataError as error:
-                print(f"solo: dataset {name!r} has no data here ({str(error).splitlines()[0]}); skipped", flush=True)
-                continue
-            windows = torch.from_numpy(training_windows(dataset, get_dataset(name).max_len))
-            for backbone in solo_models:
-                for mode in solo_modes:
-                    row = solo_cell(dataset, windows, backbone, mode, args, device, command, budget)
-                    if row is not None:
-                        report.solo_rows.append(row)
-                        report.write()
-    report.write()
-    print(step_markdown(report.rows, report.profiles, report.solo_rows, checks, header), flush=True)
+
+    measure([("step", backbone, args.items, length) for length in lengths[:1] for backbone in models])
+    for backbone in models if args.profile_steps and lengths and loss_paths else []:
+        for mode in compile_modes:
+            if not budget.spent():
+                shape = {"model": backbone, "seq_len": lengths[0], "loss_path": loss_paths[0], "compile": mode}
+                report.profiles.append({**shape, **profile_backbone(backbone, args.items, lengths[0],
+                                                                    loss_paths[0], mode, args, device)})
+                report.write()
+    measure([("books", backbone, args.books_items, args.books_length)
+             for backbone in parse_list(args.books_models, models)])
+    measure([("step", backbone, args.items, length) for length in lengths[1:] for backbone in models])
+
+
+def measure_solo(report: Report, args: argparse.Namespace, models: list[str], solo_modes: list[str],
+                 device: torch.device, command: str, budget: Budget) -> None:
+    """Solo training tokens/s of every backbone on each dataset of ``--datasets`` present here."""
+    solo_models = trained_backbones(parse_list(args.solo_models, models)) if args.solo_models else models
+    for name in parse_list(args.datasets, HEADLINE_DATASETS):
+        try:
+            get_dataset(name)
+            dataset = load_dataset(name)
+        except KeyError:
+            print(f"solo: dataset {name!r} is not registered; skipped", flush=True)
+            continue
+        except MissingDataError as error:
+            print(f"solo: dataset {name!r} has no data here ({str(error).splitlines()[0]}); skipped", flush=True)
+            continue
+        windows = torch.from_numpy(training_windows(dataset, get_dataset(name).max_len))
+        for backbone in solo_models:
+            for mode in solo_modes:
+                row = solo_cell(dataset, windows, backbone, mode, args, device, command, budget)
+                if row is not None:
+                    report.solo_rows.append(row)
+                    report.write()
 
 
 def trained_backbones(names: list[str]) -> list[str]:

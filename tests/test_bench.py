@@ -18,12 +18,12 @@ def test_same_seed_same_metrics_on_cpu(one_torch_thread):
     config = TrainConfig(epochs=1, d_model=16, max_len=8, batch_size=256, eval_batch_size=1024, progress=False,
                          device="cpu")
     first, second = fit(dataset, "sasrec", config), fit(dataset, "sasrec", config)
-    assert first["test"] == second["test"] and first["history"] == second["history"]
+    assert first.test == second.test and first.history == second.history
     other_seed = fit(dataset, "sasrec", TrainConfig(**{**config.__dict__, "seed": 1}))
-    assert other_seed["test"] != first["test"]
+    assert other_seed.test != first.test
     tf32_flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     fp32 = fit(dataset, "sasrec", TrainConfig(**{**config.__dict__, "precision": "fp32"}))
-    assert fp32["test"] == first["test"]  # the CPU always trains in fp32
+    assert fp32.test == first.test  # the CPU always trains in fp32
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == tf32_flags  # restored
 
 
@@ -79,7 +79,8 @@ def test_bench_logs_runs_and_writes_table(store, tiny, run_cli):
 
     rebuilt = run_cli("tables", "--results-dir", str(store / "rebuilt"))
     assert "ml-100k" in rebuilt.stdout
-    assert (store / "rebuilt" / "ml-100k" / "auc.csv").read_text() == (store / "results" / "ml-100k" / "auc.csv").read_text()
+    rebuilt_csv = (store / "rebuilt" / "ml-100k" / "auc.csv").read_text()
+    assert rebuilt_csv == (store / "results" / "ml-100k" / "auc.csv").read_text()
 
 
 def test_params_name_every_backbone_option_with_its_default():

@@ -34,7 +34,8 @@ def raw(tmp_path):
     lines = []
     for user in range(60):
         start = draw.randint(1, 30)
-        lines.append(f"u{user} " + " ".join(f"i{(start + k * draw.randint(1, 3)) % 40}" for k in range(draw.randint(5, 12))))
+        lines.append(f"u{user} " + " ".join(f"i{(start + k * draw.randint(1, 3)) % 40}"
+                                            for k in range(draw.randint(5, 12))))
     (folder / "data.txt").write_text("\n".join(lines) + "\n")
     return folder
 
@@ -86,10 +87,10 @@ def test_sigkill_then_resume_continues_the_same_runs(args, store, run_cli, raw, 
     assert len(after) == 2 and set(after["status"]) == {"FINISHED"} and not checkpoints(store)
     uninterrupted = fit(load_dataset("sequence-text", raw_dir=raw), "sasrec", config())
     child_run = after[after["tags.prism_rec_role"] == "child"].iloc[0]
-    assert child_run["metrics.test_auc"] == uninterrupted["test"]["auc"]
+    assert child_run["metrics.test_auc"] == uninterrupted.test["auc"]
     history = mlflow.MlflowClient().get_metric_history(child_run["run_id"], "valid_auc")
     assert sorted((m.step, m.value) for m in history) == [(e, row["valid_auc"])
-                                                           for e, row in enumerate(uninterrupted["history"], start=1)]
+                                                           for e, row in enumerate(uninterrupted.history, start=1)]
 
 
 def test_sighup_stops_with_a_checkpoint_and_killed_runs(args, store):
@@ -119,8 +120,8 @@ def test_stop_during_the_last_validation_is_honoured(raw, store, monkeypatch, on
     monkeypatch.setattr(trainer, "evaluate", evaluate)
     results = bench("sequence-text", ["sasrec"], [0, 1], config(epochs=1), {"raw_dir": raw}, store / "results",
                     resume=True, checkpoint_dir=store / "checkpoints")
-    assert results[("sasrec", 0)]["test"] == fit(load_dataset("sequence-text", raw_dir=raw), "sasrec",
-                                                 config(epochs=1))["test"]
+    assert results[("sasrec", 0)].test == fit(load_dataset("sequence-text", raw_dir=raw), "sasrec",
+                                                 config(epochs=1)).test
 
 
 def test_truncated_checkpoint_is_one_message(args, store, monkeypatch, capsys, one_torch_thread):
@@ -134,7 +135,8 @@ def test_truncated_checkpoint_is_one_message(args, store, monkeypatch, capsys, o
     capsys.readouterr()
     with pytest.raises(SystemExit) as resumed:
         main([*map(str, args), "--resume"])
-    assert str(resumed.value).startswith(f"prism-rec bench: checkpoint {path} cannot be read") and "\n" not in str(resumed.value)
+    assert str(resumed.value).startswith(f"prism-rec bench: checkpoint "
+                                         f"{path} cannot be read") and "\n" not in str(resumed.value)
     assert "Traceback" not in capsys.readouterr().err
     assert set(runs()["status"]) == {"KILLED"} and len(runs()) == 2  # no run was started
 
@@ -142,9 +144,11 @@ def test_truncated_checkpoint_is_one_message(args, store, monkeypatch, capsys, o
 @pytest.mark.parametrize("options, models, named", [
     (["--option", "bogus=1"], "sasrec", "option --option bogus=1: backbone sasrec has no option 'bogus'"),
     (["--lr", "-1"], "sasrec", "option --lr: must be a finite number >= 0, got -1.0"),
-    (["--n-heads", "3"], "sasrec,prism", "option --n-heads 3: backbone sasrec: d_model=64 is not divisible by n_heads=3"),
+    (["--n-heads", "3"], "sasrec,prism",
+     "option --n-heads 3: backbone sasrec: d_model=64 is not divisible by n_heads=3"),
     (["--option", "L=-1"], "prism", "option --option L=-1: backbone prism: L must be >= 0, got -1"),
-    (["--option", "nonlinearity=foo"], "prism", "option --option nonlinearity=foo: backbone prism: nonlinearity must be"),
+    (["--option", "nonlinearity=foo"], "prism",
+     "option --option nonlinearity=foo: backbone prism: nonlinearity must be"),
     (["--seeds", "two"], "sasrec", "option --seeds: expected a count or a comma list of integers, got 'two'"),
     (["--min-item-interactions", "0"], "sasrec", "option --min-item-interactions: must be >= 1, got 0"),
 ])

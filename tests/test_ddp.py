@@ -39,7 +39,7 @@ def test_two_gloo_processes_match_one_process(store, tiny, one_torch_thread):
     single = fit(load_dataset("ml-100k"), "sasrec",
                  TrainConfig(epochs=2, d_model=16, max_len=8, batch_size=256, eval_batch_size=1024, dropout=0.0,
                              progress=False, device="cpu"))
-    assert child["metrics.test_auc"] == pytest.approx(single["test"]["auc"], abs=AUC_TOLERANCE)
+    assert child["metrics.test_auc"] == pytest.approx(single.test["auc"], abs=AUC_TOLERANCE)
     losses = mlflow.MlflowClient().get_metric_history(child["run_id"], "train_loss")
-    assert [m.value for m in losses] == pytest.approx([row["train_loss"] for row in single["history"]],
+    assert [m.value for m in losses] == pytest.approx([row["train_loss"] for row in single.history],
                                                       rel=LOSS_RELATIVE_TOLERANCE)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from prism_rec.training.trainer import FitResult
 from prism_rec.cli import main
 from prism_rec.experiments.headline import driver, protocol
 from prism_rec.experiments.jobs import ABANDONED, WorkerDevices, run_jobs
@@ -26,13 +27,13 @@ def fake_dataset(name: str = "ml-100k") -> SimpleNamespace:
                            stats=lambda: {"users": 10, "items": 20, "interactions": 100, "mean_length": 10.0})
 
 
-def fake_result(auc: float) -> dict:
+def fake_result(auc: float) -> FitResult:
     metrics = {name: auc if name == "auc" else 0.1 for name in METRIC_NAMES}
     history = [{"train_loss": 3.0, **{f"valid_{k}": v for k, v in metrics.items()}}] * 2
     cases = {"users": np.arange(3), "twice_rank": np.array([0, 3, 40]), "n_items": 21}
-    return {"history": history, "test": metrics, "valid": metrics, "best_epoch": 1, "epochs_run": 2,
-            "train_tokens_per_s": 1000.0, "peak_memory_mb": 10.0, "wall_seconds": 1.5, "n_parameters": 1234,
-            "test_case_ranks": cases, "diverged_epoch": 0}
+    return FitResult(model=None, history=history, test=metrics, valid=metrics, best_epoch=1, epochs_run=2,
+                     train_tokens_per_s=1000.0, peak_memory_mb=10.0, wall_seconds=1.5, n_parameters=1234,
+                     test_case_ranks=cases, diverged_epoch=0)
 
 
 def fake_record(model: str, seed: int, auc: float) -> dict:
@@ -72,10 +73,9 @@ def fake_training(monkeypatch):
     def train(job):
         calls.append(job.label)
         auc = VALID_AUC.get((job.model, job.config.lr), 0.5)
+        tags = {"git_commit": "abc", "device": "cpu", "machine": "CPU", "command": job.command}
         return {"status": "finished", "record": make_record(fake_dataset(job.dataset), job.model, job.config,
-                                                            fake_result(auc), {"git_commit": "abc", "device": "cpu",
-                                                                               "machine": "CPU", "command": job.command},
-                                                            time.time())}
+                                                            fake_result(auc), tags, time.time())}
 
     monkeypatch.setattr(driver, "load_dataset", fake_dataset)
     monkeypatch.setattr(driver, "train_cell", train)
@@ -96,8 +96,10 @@ def test_rates_are_tuned_on_seed_0_then_the_seeds_and_presets_follow(tmp_path, f
                                          "ml-100k/prism/lr0.001/s1", "ml-100k/sasrec/lr0.003/s1"]
     manifest = read_jsonl(tmp_path / protocol.MANIFEST_NAME)
     assert len(manifest) == 9 and {e["protocol"] for e in manifest} == {"headline-v2"}
-    assert {(e["gpu_sharing"], e["jobs_per_device"], e["epochs"], e["patience"]) for e in manifest} == {("none", 1.0, 200, 10)}
-    assert {e["record_id"] for e in read_jsonl(tmp_path / protocol.CASE_RANKS_NAME)} == {e["record_id"] for e in manifest}
+    assert ({(e["gpu_sharing"], e["jobs_per_device"], e["epochs"], e["patience"]) for e in manifest}
+            == {("none", 1.0, 200, 10)})
+    case_ranks = read_jsonl(tmp_path / protocol.CASE_RANKS_NAME)
+    assert {e["record_id"] for e in case_ranks} == {e["record_id"] for e in manifest}
     fake_training.clear()
     counts = driver.run_headline(["ml-100k"], models, [0, 1, 2], tmp_path, 1, None, grid=GRID)
     assert counts["already in manifest"] == 9 and counts["finished"] == 3
@@ -146,7 +148,9 @@ def test_a_free_worker_skips_jobs_expected_to_outlast_the_deadline():
 def test_device_lists_are_checked(tmp_path):
     with pytest.raises(ValueError, match="--device: 'cpu': a list takes numbered CUDA devices"):
         check_devices("cpu,cuda:0")
-    with pytest.raises(ValueError, match="--device: 'cuda" + ("': a list takes" if torch.cuda.is_available() else ":0' is not a usable")):
+    with pytest.raises(ValueError,
+                       match="--device: 'cuda"
+                             + ("': a list takes" if torch.cuda.is_available() else ":0' is not a usable")):
         check_devices("cuda:0,cuda")
     with pytest.raises(ValueError, match="--device: 'cuda:99'"):
         check_devices("cuda:99")
@@ -257,7 +261,8 @@ def test_manifests_of_side_by_side_calls_merge_once_per_record(tmp_path):
     assert [e["record_id"] for e in merged] == ["a", "b", "c"]
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
         driver.merge_manifests([tmp_path / "missing.jsonl"])
-    main(["headline", "merge", str(tmp_path / "out.jsonl"), str(tmp_path / "one" / "m.jsonl"), str(tmp_path / "two" / "m.jsonl")])
+    main(["headline", "merge", str(tmp_path / "out.jsonl"), str(tmp_path / "one" / "m.jsonl"),
+          str(tmp_path / "two" / "m.jsonl")])
     assert [e["record_id"] for e in read_jsonl(tmp_path / "out.jsonl")] == ["a", "b", "c"]
 
 

@@ -38,7 +38,7 @@ def test_interrupt_mid_epoch_then_resume_is_exact(dataset, uninterrupted, tmp_pa
     assert saved["progress"]["epoch"] == 0 and saved["progress"]["next_batch"] == 30
     assert leftovers(tmp_path) == []
     resumed = fit(dataset, "sasrec", TrainConfig(**CONFIG), checkpoint_path=path, resume=True)
-    assert resumed["history"] == uninterrupted["history"] and resumed["test"] == uninterrupted["test"]
+    assert resumed.history == uninterrupted.history and resumed.test == uninterrupted.test
 
 
 def test_sigterm_between_epochs_then_resume_is_exact(dataset, uninterrupted, tmp_path):
@@ -53,7 +53,7 @@ def test_sigterm_between_epochs_then_resume_is_exact(dataset, uninterrupted, tmp
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # fit puts the handlers back
     assert load(path)["progress"]["epoch"] == 1 and leftovers(tmp_path) == []
     resumed = fit(dataset, "sasrec", TrainConfig(**CONFIG), checkpoint_path=path, resume=True)
-    assert resumed["test"] == uninterrupted["test"] and resumed["history"] == uninterrupted["history"]
+    assert resumed.test == uninterrupted.test and resumed.history == uninterrupted.history
 
 
 def test_resume_refuses_other_settings_and_foreign_files(dataset, tmp_path, monkeypatch):
@@ -87,8 +87,8 @@ def test_bench_killed_then_resumed_in_the_same_mlflow_run(store, tiny, run_cli, 
     after = mlflow.search_runs(experiment_names=["ml-100k"])
     assert sorted(after["run_id"]) == sorted(runs["run_id"]) and set(after["status"]) == {"FINISHED"}
     child = after[after["tags.prism_rec_role"] == "child"].iloc[0]
-    assert child["metrics.test_auc"] == uninterrupted["test"]["auc"]
+    assert child["metrics.test_auc"] == uninterrupted.test["auc"]
     history = mlflow.MlflowClient().get_metric_history(child["run_id"], "valid_auc")
     assert [(m.step, m.value) for m in history] == [(e, row["valid_auc"])  # step = epoch, 1-based
-                                                    for e, row in enumerate(uninterrupted["history"], start=1)]
+                                                    for e, row in enumerate(uninterrupted.history, start=1)]
     assert not list(checkpoints.rglob("*.pt"))  # a finished run removes its checkpoint

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from prism_rec.training.trainer import FitResult
 from prism_rec.experiments import split_study
 from prism_rec.tracking.case_ranks import encode
 from prism_rec.experiments.headline.protocol import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL
@@ -25,12 +26,12 @@ def time_split_dataset(name, split):
     return SimpleNamespace(name=name, options=options, stats=lambda: {"users": 3, "items": 21})
 
 
-def fake_result(auc: float) -> dict:
+def fake_result(auc: float) -> FitResult:
     metrics = {name: auc if name == "auc" else 0.1 for name in METRIC_NAMES}
     cases = {"users": np.array([0, 0, 1, 2, 2]), "twice_rank": np.array([0, 4, 10, 40, 2]), "n_items": 21}
-    return {"history": [{"train_loss": 3.0}], "test": metrics, "valid": metrics, "best_epoch": 1, "epochs_run": 1,
-            "train_tokens_per_s": 1.0, "peak_memory_mb": 1.0, "wall_seconds": 1.0, "n_parameters": 1,
-            "test_case_ranks": cases, "diverged_epoch": 0}
+    return FitResult(model=None, history=[{"train_loss": 3.0}], test=metrics, valid=metrics, best_epoch=1,
+                     epochs_run=1, train_tokens_per_s=1.0, peak_memory_mb=1.0, wall_seconds=1.0, n_parameters=1,
+                     test_case_ranks=cases, diverged_epoch=0)
 
 
 @pytest.fixture
@@ -41,7 +42,8 @@ def study(tmp_path, monkeypatch):
     for model in MODELS:
         for lr in (3e-4, 1e-3, 3e-3):
             append_jsonl(results / MANIFEST_NAME, {"dataset": "ml-100k", "model": model, "seed": 0, "lr": lr,
-                                                   "protocol": PROTOCOL, "best_valid_auc": 0.9 if lr == RATES[model] else 0.8,
+                                                   "protocol": PROTOCOL,
+                                                   "best_valid_auc": 0.9 if lr == RATES[model] else 0.8,
                                                    "record_id": f"{model}{lr}", "test_auc": 0.8})
             append_jsonl(results / CASE_RANKS_NAME, {"record_id": f"{model}{lr}", "case_ranks": encode(
                 np.arange(4), np.array([2, 4, 6, 8 if model == "prism" else 30]), 21)})
@@ -55,7 +57,8 @@ def study(tmp_path, monkeypatch):
         jobs.append(job)
         dataset = time_split_dataset(job.dataset, job.split)
         record = make_record(dataset, job.model, job.config, fake_result(0.7 + 0.1 * (job.model == "prism")),
-                             {"git_commit": "abc", "device": "cpu", "machine": "CPU", "command": job.command}, time.time())
+                             {"git_commit": "abc", "device": "cpu", "machine": "CPU",
+                              "command": job.command}, time.time())
         return {"status": "finished", "record": record}
 
     monkeypatch.setattr(split_study, "train_cell", train)
@@ -65,7 +68,8 @@ def study(tmp_path, monkeypatch):
 def test_time_split_runs_take_the_leave_one_out_rate_and_resume(tmp_path, study):
     counts = split_study.run_study(tmp_path / "out", 1, None, "cpu", "prism-rec split-study run")
     assert counts["finished"] == 6
-    assert {(job.model, job.config.lr, job.split) for job in study.jobs} == {("sasrec", 3e-3, "time"), ("prism", 1e-3, "time")}
+    assert ({(job.model, job.config.lr, job.split) for job in study.jobs}
+            == {("sasrec", 3e-3, "time"), ("prism", 1e-3, "time")})
     assert sorted(job.config.seed for job in study.jobs) == [0, 0, 1, 1, 2, 2]
     manifest = read_jsonl(tmp_path / "out" / split_study.STUDY_MANIFEST)
     assert {e["split"] for e in manifest} == {"time"} and len(manifest) == 6

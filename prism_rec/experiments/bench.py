@@ -50,12 +50,13 @@ from ..training.compile import resolve_compile
 from ..training.metrics import METRIC_NAMES
 from ..paths import RESULTS_DIR
 from ..tracking.plots import auc_bar_chart, learning_curve, learning_curves
-from ..tracking.records import CASE_RANKS_ARTIFACT, case_ranks_entry, dataset_stats_tag, final_metrics, run_hash
+from ..tracking.records import (CASE_RANKS_ARTIFACT, case_ranks_entry, child_run, dataset_stats_tag, final_metrics,
+                                run_hash)
 from ..registry import backbone_entry, build_backbone, get_dataset
 from ..tracking.tables import LOCAL_RESULTS_DIR, markdown_table, spread_note, summarise, \
     with_test_user_intervals, write_tables
 from ..tracking.store import end_runs_of_dead_processes, experiment_id, process_tags, provenance_tags
-from ..training.trainer import fit, read_checkpoint
+from ..training.trainer import FitResult, fit, read_checkpoint
 from ..training.devices import resolve_device
 from ..training.config import TrainConfig
 
@@ -222,20 +223,16 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
         parent_id, plan = _plan(experiment, bench_hash, keys, run_hash_for, checkpoint_for, resume, dataset, config,
                                  world.size)
     except Exception as error:
-        world.broadcast_object(error)
+        world.broadcast_object(error)  # the other ranks raise it too
         raise
     world.broadcast_object({key: planned.action for key, planned in plan.items()})
     if resume and parent_id is None and not plan:
         print(f"--resume: nothing interrupted with these settings in experiment {dataset_name!r}; starting anew")
-
-    stats = dataset.stats()
-    print(f"{dataset_name}: {stats['users']:,} users, {stats['items']:,} items, "
-          f"{stats['interactions']:,} interactions, split {dataset.options['split']}"
-          + (f"; {world.size} data-parallel processes" if world.distributed else ""))
+    _print_dataset(dataset, world)
     device = world.device(resolve_device(config.device))
     tags = {**provenance_tags(device), **process_tags(), "dataset": dataset_name, "command": command,
             "world_size": str(world.size), "dataset_stats": dataset_stats_tag(dataset)}
-    results, failures, started = {}, [], time.perf_counter()
+    started = time.perf_counter()
     with _mlflow_run(run_id=parent_id, experiment_id=None if parent_id else experiment,
                      run_name=None if parent_id else f"bench-{time.strftime('%Y%m%d-%H%M%S')}",
                      tags={**tags, "prism_rec_role": "parent", "config_hash": bench_hash}) as parent:
@@ -243,47 +240,80 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
             mlflow.log_params({"dataset": dataset_name, "models": ",".join(models), "seeds": len(seeds),
                                "seed_values": ",".join(map(str, seeds)), "device": str(device),
                                **{f"data.{k}": v for k, v in dataset.options.items()}})
-        for index, (model, seed) in enumerate(keys, start=1):
-            path = checkpoint_for(model, seed)
-            planned = plan.get((model, seed), Planned(FRESH))
-            if planned.action == FINISHED:
-                print(f"[{index}/{len(keys)}] {model} seed {seed}: finished before the interruption, kept")
-                continue
-            print(f"[{index}/{len(keys)}] {model} seed {seed}"
-                  + (f": resuming from {path} ({len(planned.history)} epoch(s) done)" if planned.action == RESUME else ""))
-            child_tags = {**tags, "prism_rec_role": "child", "model": model, "seed": str(seed),
-                          "config_hash": run_hash_for(model, seed), "mlflow.parentRunId": parent.info.run_id}
-            try:
-                with _mlflow_run(run_id=planned.child_id, experiment_id=None if planned.child_id else experiment,
-                                 run_name=f"{model}-s{seed}", nested=True, tags=child_tags) as child:
-                    result = _train_child(world, dataset, dataset_name, model, replace(config, seed=seed), planned,
-                                          path, child.info.run_id, device)
-            except KeyboardInterrupt:
-                if path.exists():
-                    print(f"\ninterrupted: checkpoint {path}; continue with --resume (make bench ... RESUME=1)",
-                          file=sys.stderr)
-                raise
-            except Exception as error:  # a crashing backbone must not take the others down
-                traceback.print_exc()
-                failures.append(f"{model} seed {seed}: {type(error).__name__}: {error}")
-                continue
-            path.unlink(missing_ok=True)  # after the run ended FINISHED: a kill in between keeps both
-            results[(model, seed)] = result
+        results, failures = _train_children(world, dataset, keys, config, plan, checkpoint_for, device, experiment,
+                                            {**tags, "mlflow.parentRunId": parent.info.run_id})
         if results or any(planned.action == FINISHED for planned in plan.values()):
-            comparison = _log_comparison(experiment, parent.info.run_id, dataset_name)
-            print()
-            print(comparison)
-            markdown, csv, chart = write_tables(dataset_name, results_dir)
-            print(f"\nYour AUC table (every finished run of this protocol in the store): {markdown} and {csv}, "
-                  f"chart {chart}")
-            print(f"Published headline tables (H200, not touched by bench): {RESULTS_DIR / dataset_name / 'auc.md'}")
-            print(f"This bench's comparison: MLflow parent run {parent.info.run_id} (`make ui` prints its links)")
+            _report(experiment, parent.info.run_id, dataset_name, results_dir)
             print(f"{len(results)} training run(s) in {time.perf_counter() - started:.0f} s")
         if failures:
             mlflow.set_tag("failures", "; ".join(failures)[:4000])
     if failures:
         raise BenchFailures(f"{len(failures)} run(s) failed (tracebacks above): " + "; ".join(failures))
     return results
+
+
+def _train_children(world: distributed.World, dataset, keys: list[tuple[str, int]], config: TrainConfig,
+                    plan: dict[tuple[str, int], Planned], checkpoint_for: Callable[[str, int], Path],
+                    device: torch.device, experiment: str, tags: dict) -> tuple[dict, list[str]]:
+    """Every (model, seed) not finished before, in order, as child runs of the active parent run (``tags``
+    name it); returns {(model, seed): result} of those that finished and a line per failure."""
+    results, failures = {}, []
+    for index, (model, seed) in enumerate(keys, start=1):
+        planned = plan.get((model, seed), Planned(FRESH))
+        if planned.action == FINISHED:
+            print(f"[{index}/{len(keys)}] {model} seed {seed}: finished before the interruption, kept")
+            continue
+        path = checkpoint_for(model, seed)
+        print(f"[{index}/{len(keys)}] {model} seed {seed}"
+              + (f": resuming from {path} ({len(planned.history)} epoch(s) done)" if planned.action == RESUME else ""))
+        try:
+            result = _run_child(world, dataset, model, replace(config, seed=seed), planned, path, device,
+                                experiment, tags)
+        except Exception as error:  # a crashing backbone must not take the others down
+            traceback.print_exc()
+            failures.append(f"{model} seed {seed}: {type(error).__name__}: {error}")
+            continue
+        path.unlink(missing_ok=True)  # after the run ended FINISHED: a kill in between keeps both
+        results[(model, seed)] = result
+    return results, failures
+
+
+def _print_dataset(dataset, world: distributed.World) -> None:
+    stats = dataset.stats()
+    print(f"{dataset.name}: {stats['users']:,} users, {stats['items']:,} items, "
+          f"{stats['interactions']:,} interactions, split {dataset.options['split']}"
+          + (f"; {world.size} data-parallel processes" if world.distributed else ""))
+
+
+def _run_child(world: distributed.World, dataset, model: str, run_config: TrainConfig, planned: Planned, path: Path,
+               device: torch.device, experiment: str, tags: dict) -> FitResult:
+    """One (model, seed) as a child run (new or resumed) under the active parent run; an interruption
+    says where its checkpoint is."""
+    settings = run_settings(model, run_config, device, world.distributed)
+    train = {**asdict(run_config), **{key: settings[key] for key in ("device", "precision", "compile")},
+             "backbone_options": backbone_options(model, run_config)}
+    run = child_run(dataset, model, run_config, world.size, settings, train)
+    try:
+        with _mlflow_run(run_id=planned.child_id, experiment_id=None if planned.child_id else experiment,
+                         run_name=f"{model}-s{run_config.seed}", nested=True, tags={**tags, **run["tags"]}) as child:
+            return _train_child(world, dataset, model, run_config, run, planned, path, child.info.run_id)
+    except KeyboardInterrupt:
+        if path.exists():
+            print(f"\ninterrupted: checkpoint {path}; continue with --resume (make bench ... RESUME=1)",
+                  file=sys.stderr)
+        raise
+
+
+def _report(experiment: str, parent_id: str, dataset_name: str, results_dir: Path) -> None:
+    """The bench's comparison (logged on the parent run) and the user's tables, printed with where they are."""
+    comparison = _log_comparison(experiment, parent_id, dataset_name)
+    print()
+    print(comparison)
+    markdown, csv, chart = write_tables(dataset_name, results_dir)
+    print(f"\nYour AUC table (every finished run of this protocol in the store): {markdown} and {csv}, "
+          f"chart {chart}")
+    print(f"Published headline tables (H200, not touched by bench): {RESULTS_DIR / dataset_name / 'auc.md'}")
+    print(f"This bench's comparison: MLflow parent run {parent_id} (`make ui` prints its links)")
 
 
 @contextlib.contextmanager
@@ -305,43 +335,39 @@ def _mlflow_run(**kwargs):
     mlflow.end_run()
 
 
-def _train_child(world: distributed.World, dataset, dataset_name: str, model: str, run_config: TrainConfig,
-                 planned: Planned, path: Path, run_id: str, device) -> dict:
-    """Train one (model, seed) inside its active child run: params (a new run; a resumed one loses the
-    error tag of a crash), the epochs a resumed checkpoint holds that the run lacks, config.json,
-    per-epoch metrics (step = epoch, 1-based), then the result."""
+def _train_child(world: distributed.World, dataset, model: str, run_config: TrainConfig, run: dict,
+                 planned: Planned, path: Path, run_id: str) -> FitResult:
+    """Train one (model, seed) inside its active child run: the params of ``run`` (records.child_run; a new
+    run; a resumed one loses the error tag of a crash), the epochs a resumed checkpoint holds that the run
+    lacks, config.json, per-epoch metrics (step = epoch, 1-based), then the result."""
     import mlflow
 
     client = mlflow.MlflowClient()
-    settings = run_settings(model, run_config, device, world.distributed)
     if planned.child_id is None:
-        mlflow.log_params({"model": model, **{f"data.{k}": v for k, v in dataset.options.items()}, **settings})
+        mlflow.log_params(run["params"])
     elif "error" in client.get_run(run_id).data.tags:  # a crashed run resumed: its error is history
         client.delete_tag(run_id, "error")
     logged = {metric.step for metric in client.get_metric_history(run_id, "valid_auc")}
     for epoch, row in enumerate(planned.history, start=1):
         if epoch not in logged:
             mlflow.log_metrics(row, step=epoch)
-    train = {**asdict(run_config), **{key: settings[key] for key in ("device", "precision", "compile")},
-             "backbone_options": backbone_options(model, run_config)}
-    mlflow.log_dict({"model": model, "dataset": dataset_name, "data": dataset.options, "train": train,
-                     "world_size": world.size}, "config.json")
+    mlflow.log_dict(run["config"], "config.json")
     result = fit(dataset, model, run_config,
                  on_epoch=lambda epoch, metrics: mlflow.log_metrics(metrics, step=epoch + 1),
                  checkpoint_path=path, resume=planned.action == RESUME, world=world)
-    _log_result(result, f"{dataset_name} {model} seed {run_config.seed}")
+    _log_result(result, f"{dataset.name} {model} seed {run_config.seed}")
     return result
 
 
-def _log_result(result: dict, title: str) -> None:
+def _log_result(result: FitResult, title: str) -> None:
     import mlflow
 
     mlflow.log_metrics(final_metrics(result))
     mlflow.log_dict(case_ranks_entry(result), CASE_RANKS_ARTIFACT)
-    mlflow.log_figure(learning_curve(result["history"], title, result["best_epoch"]), "learning_curve.png")
-    print(f"    test AUC {result['test']['auc']:.4f}  Hit@10 {result['test']['hit_10']:.4f}  "
-          f"best epoch {result['best_epoch']}/{result['epochs_run']}  "
-          f"{result['train_tokens_per_s']:,.0f} tokens/s  {result['wall_seconds']:.1f} s")
+    mlflow.log_figure(learning_curve(result.history, title, result.best_epoch), "learning_curve.png")
+    print(f"    test AUC {result.test['auc']:.4f}  Hit@10 {result.test['hit_10']:.4f}  "
+          f"best epoch {result.best_epoch}/{result.epochs_run}  "
+          f"{result.train_tokens_per_s:,.0f} tokens/s  {result.wall_seconds:.1f} s")
 
 
 def _log_comparison(experiment: str, parent_id: str, dataset_name: str) -> str:
@@ -367,7 +393,8 @@ def _log_comparison(experiment: str, parent_id: str, dataset_name: str) -> str:
     for _, child in children.iterrows():
         rows = {name: client.get_metric_history(child["run_id"], name) for name in ("train_loss", "valid_auc")}
         history = [{"train_loss": loss.value, "valid_auc": auc.value} for loss, auc in
-                   zip(sorted(rows["train_loss"], key=lambda m: m.step), sorted(rows["valid_auc"], key=lambda m: m.step))]
+                   zip(sorted(rows["train_loss"], key=lambda m: m.step),
+                       sorted(rows["valid_auc"], key=lambda m: m.step))]
         histories.setdefault(child["tags.model"], []).append((history, int(child["metrics.best_epoch"])))
     table = f"# {dataset_name}: this bench's test metrics\n\n{spread_note(summary)}\n\n{markdown_table(summary)}\n"
     with tempfile.TemporaryDirectory() as folder:

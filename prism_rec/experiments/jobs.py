@@ -112,62 +112,99 @@ def run_jobs(jobs: list, work: Callable[[Any], dict], workers: int, deadline: fl
         raise ValueError(f"option --workers: must be >= 1, got {workers}")
     queue = list(jobs)
     if workers == 1:
-        if cuda_devices:
-            import torch
+        return _run_here(queue, work, deadline, on_result, expected_seconds, cuda_devices)
+    pool = _start_pool(min(workers, len(queue)), work, max(1, (os.cpu_count() or 1) // workers), cuda_devices)
+    try:
+        while True:
+            _feed(pool, queue, deadline, expected_seconds)
+            busy = [worker for worker in pool if worker.job is not None]
+            if not busy:
+                return queue
+            if abandon_at_deadline and time.time() >= deadline:
+                _abandon(busy, on_result)  # follow-up jobs are not started after the deadline
+                return queue
+            for job, result in _ended(busy):
+                queue.extend(on_result(job, result) or [])
+    finally:
+        _stop_pool(pool)
 
-            torch.cuda.set_device(cuda_devices[0])
-        while (job := _next_job(queue, deadline, expected_seconds)) is not None:
-            queue.extend(on_result(job, _call(work, job)) or [])
-        return queue
+
+def _run_here(queue: list, work: Callable[[Any], dict], deadline: float, on_result: Callable[[Any, dict], None],
+              expected_seconds: Callable[[Any], float | None] | None, cuda_devices: list[str] | None) -> list:
+    """``run_jobs`` with one worker: the jobs one after another in this process; returns those never started."""
+    if cuda_devices:
+        import torch
+
+        torch.cuda.set_device(cuda_devices[0])
+    while (job := _next_job(queue, deadline, expected_seconds)) is not None:
+        queue.extend(on_result(job, _call(work, job)) or [])
+    return queue
+
+
+def _start_pool(size: int, work: Callable[[Any], dict], threads: int, cuda_devices: list[str] | None) -> list[_Worker]:
+    """``size`` spawned worker processes of ``threads`` threads each, worker i on ``cuda_devices[i % len]``."""
     context = multiprocessing.get_context("spawn")
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    pool: list[_Worker] = []
-    for index in range(min(workers, len(queue))):
+    pool = []
+    for index in range(size):
         ours, theirs = context.Pipe()
         cuda_device = cuda_devices[index % len(cuda_devices)] if cuda_devices else None
         process = context.Process(target=_serve, args=(theirs, work, threads, cuda_device), daemon=True)
         process.start()
         theirs.close()
         pool.append(_Worker(process, ours))
-    try:
-        while True:
-            for worker in pool:
-                if worker.job is None and worker.process.is_alive():
-                    worker.job = _next_job(queue, deadline, expected_seconds)
-                    if worker.job is not None:
-                        worker.connection.send(worker.job)
-            busy = [worker for worker in pool if worker.job is not None]
-            if not busy:
-                return queue
-            if abandon_at_deadline and time.time() >= deadline:
-                for worker in busy:
-                    finished = worker.connection.poll()  # a result already sent is kept, not thrown away
-                    if not finished:
-                        worker.process.kill()
-                    on_result(worker.job, worker.connection.recv() if finished else {"status": ABANDONED})
-                    worker.job = None  # follow-up jobs are not started after the deadline
-                return queue
-            ready = wait([w.connection for w in busy] + [w.process.sentinel for w in busy], timeout=POLL_SECONDS)
-            for worker in busy:
-                if worker.connection in ready:
-                    try:
-                        result = worker.connection.recv()
-                    except EOFError:  # the worker died while sending
-                        result = {"status": FAILED, "error": "worker process died", "traceback": ""}
-                elif worker.process.sentinel in ready:
-                    result = {"status": FAILED, "traceback": "",
-                              "error": f"worker process died (exit code {worker.process.exitcode})"}
-                else:
-                    continue
-                job, worker.job = worker.job, None
-                queue.extend(on_result(job, result) or [])
-    finally:
-        for worker in pool:
-            if worker.process.is_alive() and worker.job is None:
-                with contextlib.suppress(OSError):
-                    worker.connection.send(None)
-            worker.process.join(timeout=5)
-            if worker.process.is_alive():
-                worker.process.kill()
-                worker.process.join()
-            worker.connection.close()
+    return pool
+
+
+def _feed(pool: list[_Worker], queue: list, deadline: float,
+          expected_seconds: Callable[[Any], float | None] | None) -> None:
+    """Send every free, living worker the next job that fits before the deadline (if any)."""
+    for worker in pool:
+        if worker.job is None and worker.process.is_alive():
+            worker.job = _next_job(queue, deadline, expected_seconds)
+            if worker.job is not None:
+                worker.connection.send(worker.job)
+
+
+def _abandon(busy: list[_Worker], on_result: Callable[[Any, dict], None]) -> None:
+    """At the deadline: report each busy worker's job, with its result if already sent, else abandoned
+    (the worker killed)."""
+    for worker in busy:
+        finished = worker.connection.poll()  # a result already sent is kept, not thrown away
+        if not finished:
+            worker.process.kill()
+        on_result(worker.job, worker.connection.recv() if finished else {"status": ABANDONED})
+        worker.job = None
+
+
+def _ended(busy: list[_Worker]) -> list[tuple[Any, dict]]:
+    """Wait up to POLL_SECONDS for busy workers to answer or die; the (job, result) of those that did,
+    their workers freed."""
+    ready = wait([w.connection for w in busy] + [w.process.sentinel for w in busy], timeout=POLL_SECONDS)
+    ended = []
+    for worker in busy:
+        if worker.connection in ready:
+            try:
+                result = worker.connection.recv()
+            except EOFError:  # the worker died while sending
+                result = {"status": FAILED, "error": "worker process died", "traceback": ""}
+        elif worker.process.sentinel in ready:
+            result = {"status": FAILED, "traceback": "",
+                      "error": f"worker process died (exit code {worker.process.exitcode})"}
+        else:
+            continue
+        ended.append((worker.job, result))
+        worker.job = None
+    return ended
+
+
+def _stop_pool(pool: list[_Worker]) -> None:
+    """Tell idle workers to stop, then join every worker (killing those that do not end)."""
+    for worker in pool:
+        if worker.process.is_alive() and worker.job is None:
+            with contextlib.suppress(OSError):
+                worker.connection.send(None)
+        worker.process.join(timeout=5)
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.process.join()
+        worker.connection.close()

@@ -22,6 +22,7 @@ from ..training.config import config_hash
 from ..data.core import ProcessedDataset
 from ..files import jsonl_text, read_jsonl, write_atomically
 from ..training.config import TrainConfig
+from ..training.trainer import FitResult
 
 RECORD_FORMAT = "prism-rec-run-1"
 RECORDS_SUFFIX = ".records.jsonl"
@@ -41,11 +42,27 @@ def dataset_stats_tag(dataset: ProcessedDataset) -> str:
     return ", ".join(f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v:,}" for k, v in dataset.stats().items())
 
 
-def make_record(dataset: ProcessedDataset, model: str, config: TrainConfig, result: dict, tags: dict,
+def child_run(dataset: ProcessedDataset, model: str, config: TrainConfig, world_size: int, settings: dict,
+              train: dict) -> dict:
+    """The tags, params and config.json of the child run that trains ``model`` on ``dataset`` with
+    ``config``: the one format of ``prism-rec bench``'s runs and of the records. ``settings`` are its
+    training params, ``train`` the "train" part of config.json."""
+    data_options = dict(dataset.options)
+    return {
+        "tags": {"dataset": dataset.name, "world_size": str(world_size), "dataset_stats": dataset_stats_tag(dataset),
+                 "prism_rec_role": "child", "model": model, "seed": str(config.seed),
+                 "config_hash": run_hash(dataset.name, data_options, model, config)},
+        "params": {"model": model, **{f"data.{k}": v for k, v in data_options.items()}, **settings},
+        "config": {"model": model, "dataset": dataset.name, "data": data_options, "train": train,
+                   "world_size": world_size},
+    }
+
+
+def make_record(dataset: ProcessedDataset, model: str, config: TrainConfig, result: FitResult, tags: dict,
                 started_at: float) -> dict:
     """The record of one finished ``fit`` of ``model`` on ``dataset``; ``tags`` are the provenance tags
-    (tracking.provenance_tags) plus ``command``; ``started_at`` is the ``time.time()`` of the start."""
-    data_options = dict(dataset.options)
+    (store.provenance_tags) plus ``command``; ``started_at`` is the ``time.time()`` of the start."""
+    run = child_run(dataset, model, config, 1, config.params(), asdict(config))
     return {
         "format": RECORD_FORMAT,
         "record_id": uuid.uuid4().hex,
@@ -54,34 +71,31 @@ def make_record(dataset: ProcessedDataset, model: str, config: TrainConfig, resu
         "status": FINISHED,
         "start_time_ms": int(started_at * 1000),
         "end_time_ms": int(time.time() * 1000),
-        "params": {"model": model, **{f"data.{k}": v for k, v in data_options.items()}, **config.params()},
-        "tags": {**{k: str(v) for k, v in tags.items()}, "dataset": dataset.name, "world_size": "1",
-                 "dataset_stats": dataset_stats_tag(dataset), "prism_rec_role": "child", "model": model,
-                 "seed": str(config.seed), "config_hash": run_hash(dataset.name, data_options, model, config)},
-        "config": {"model": model, "dataset": dataset.name, "data": data_options, "train": asdict(config),
-                   "world_size": 1},
-        "history": result["history"],
+        "params": run["params"],
+        "tags": {**{k: str(v) for k, v in tags.items()}, **run["tags"]},
+        "config": run["config"],
+        "history": result.history,
         "metrics": final_metrics(result),
         "case_ranks": case_ranks_entry(result),
     }
 
 
-def case_ranks_entry(result: dict) -> dict:
+def case_ranks_entry(result: FitResult) -> dict:
     """The compact per-test-case results of a ``fit`` result (case_ranks.encode)."""
-    cases = result["test_case_ranks"]
+    cases = result.test_case_ranks
     return encode_case_ranks(cases["users"], cases["twice_rank"], cases["n_items"])
 
 
-def final_metrics(result: dict) -> dict[str, float]:
+def final_metrics(result: FitResult) -> dict[str, float]:
     """The metrics a finished child run logs once, from a ``fit`` result: test and best-validation
     metrics, epochs and cost figures."""
     return {
-        **{f"test_{k}": v for k, v in result["test"].items()},
-        **{f"best_valid_{k}": v for k, v in result["valid"].items()},
-        "best_epoch": result["best_epoch"], "epochs_run": result["epochs_run"],
-        "diverged_epoch": result["diverged_epoch"],
-        "train_tokens_per_s": result["train_tokens_per_s"], "peak_memory_mb": result["peak_memory_mb"],
-        "wall_seconds": result["wall_seconds"], "n_parameters": result["n_parameters"],
+        **{f"test_{k}": v for k, v in result.test.items()},
+        **{f"best_valid_{k}": v for k, v in result.valid.items()},
+        "best_epoch": result.best_epoch, "epochs_run": result.epochs_run,
+        "diverged_epoch": result.diverged_epoch,
+        "train_tokens_per_s": result.train_tokens_per_s, "peak_memory_mb": result.peak_memory_mb,
+        "wall_seconds": result.wall_seconds, "n_parameters": result.n_parameters,
     }
 
 
@@ -155,13 +169,14 @@ def imported_record_ids(experiment: str) -> set[str]:
     left RUNNING by an import that stopped halfway does not count, so the next import logs it again)."""
     import mlflow
 
-    runs = mlflow.search_runs([experiment], filter_string=f"tags.{RECORD_ID_TAG} != '' and attributes.status != 'RUNNING'")
+    runs = mlflow.search_runs([experiment],
+                              filter_string=f"tags.{RECORD_ID_TAG} != '' and attributes.status != 'RUNNING'")
     return set() if runs.empty else set(runs[f"tags.{RECORD_ID_TAG}"].dropna())
 
 
 def import_records(source: Path, command: str) -> dict[str, int]:
-    """Log every record of ``source`` (a records file or a folder of them) not yet in the store; one parent run per dataset
-    per import carries ``command``. Returns {"imported": n, "already there": m}."""
+    """Log every record of ``source`` (a records file or a folder of them) not yet in the store; one parent run
+    per dataset per import carries ``command``. Returns {"imported": n, "already there": m}."""
     from mlflow import MlflowClient
 
     from .store import experiment_id

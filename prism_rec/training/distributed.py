@@ -77,6 +77,9 @@ class World:
         return torch.tensor_split(items, self.size)[self.rank]
 
 
+SINGLE_PROCESS = World()  # the world of a run without torchrun
+
+
 def world_from_environment() -> World:
     """The world torchrun describes in RANK, WORLD_SIZE and LOCAL_RANK (a world of one without them)."""
     try:

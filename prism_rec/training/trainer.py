@@ -14,6 +14,7 @@ import hashlib
 import math
 import resource
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -30,7 +31,7 @@ from .checkpoint import StopRequest, capture_rng, load, restore_rng, save_atomic
 from .compile import optimizer_options, resolve_compile, training_encoder
 from ..data.batching import evaluation_batch, training_windows
 from ..data.core import ProcessedDataset
-from .distributed import World
+from .distributed import SINGLE_PROCESS, World
 from .losses import full_softmax_loss_sum
 from .metrics import METRIC_NAMES, MetricMeans, metrics_from_counts, target_counts
 from ..models.recommender import SequentialRecommender
@@ -63,7 +64,8 @@ class NextItemObjective(nn.Module):
     def __init__(self, model: SequentialRecommender, config: TrainConfig, generator: torch.Generator):
         super().__init__()
         self.model, self.config, self.generator = model, config, generator
-        self.encode = model.encode  # replaced by a compiled encoder when the step is compiled (prism_rec/training/compile.py)
+        # replaced by a compiled encoder when the step is compiled (prism_rec/training/compile.py)
+        self.encode = model.encode
 
     def forward(self, window: torch.Tensor) -> tuple[torch.Tensor, int]:
         inputs, targets = window[:, :-1], window[:, 1:]
@@ -86,7 +88,7 @@ class NextItemObjective(nn.Module):
 
 @torch.no_grad()
 def evaluate(model: SequentialRecommender, dataset: ProcessedDataset, cases: np.ndarray, config: TrainConfig,
-             device: torch.device, description: str = "eval", world: World = World(),
+             device: torch.device, description: str = "eval", world: World = SINGLE_PROCESS,
              case_ranks: dict | None = None) -> dict[str, float]:
     """Full-ranking metrics of ``cases`` (user, position) rows, batched on ``device``; in a data-parallel
     world every rank ranks its share of the cases and the metric sums and counts are added up. A
@@ -128,16 +130,46 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _fresh_progress() -> dict:
-    """Loop state of a run that has not trained yet (also the layout of a checkpoint's "progress")."""
-    return {"epoch": 0, "next_batch": 0, "order": None, "best_valid_auc": -math.inf, "best_epoch": -1,
-            "best_state": None, "history": [], "train_seconds": 0.0, "trained_tokens": 0, "wall_seconds": 0.0,
-            "epoch_loss_count": 0, "diverged_epoch": 0, "done": False}
+@dataclass
+class FitResult:
+    """What ``fit`` returns: the model at its best epoch, its metrics and its cost."""
+
+    model: nn.Module
+    best_epoch: int  # 1-based
+    epochs_run: int
+    history: list[dict]  # per epoch: train_loss and valid_<metric>
+    valid: dict[str, float]  # the best epoch's validation metrics
+    test: dict[str, float]
+    test_case_ranks: dict  # users, twice_rank, n_items of every test case (case_ranks.py)
+    diverged_epoch: int  # the epoch whose validation scores were not finite, which ended training, or 0
+    train_tokens_per_s: float
+    peak_memory_mb: float
+    wall_seconds: float
+    n_parameters: int
+
+
+@dataclass
+class Progress:
+    """The loop state of a run; a checkpoint holds it as the dict ``vars(progress)`` under "progress"."""
+
+    epoch: int = 0
+    next_batch: int = 0
+    order: torch.Tensor | None = None  # the epoch's window order [U']
+    best_valid_auc: float = -math.inf
+    best_epoch: int = -1  # 0-based
+    best_state: dict | None = None
+    history: list[dict] = field(default_factory=list)
+    train_seconds: float = 0.0
+    trained_tokens: int = 0
+    wall_seconds: float = 0.0
+    epoch_loss_count: int = 0
+    diverged_epoch: int = 0
+    done: bool = False
 
 
 def fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig,
         on_epoch: Callable[[int, dict], None] | None = None, checkpoint_path: Path | None = None,
-        resume: bool = False, world: World = World()) -> dict:
+        resume: bool = False, world: World = SINGLE_PROCESS) -> FitResult:
     """Train ``backbone`` on ``dataset`` and return validation and test metrics plus cost figures.
 
     ``on_epoch(epoch, metrics)`` is called after every epoch with train_loss and valid_* metrics.
@@ -185,7 +217,7 @@ def _tf32_off(enabled: bool):
 
 
 def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch, checkpoint_path: Path | None,
-         resume: bool, world: World) -> dict:
+         resume: bool, world: World) -> FitResult:
     config.validate()
     if config.batch_size < world.size:
         raise ValueError(f"option --batch-size: {config.batch_size} windows cannot be shared by {world.size} processes")
@@ -196,134 +228,167 @@ def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch
     model = build_model(dataset, backbone, config).to(device)
     if not any(True for _ in model.parameters()):
         return _evaluate_untrained(model, dataset, backbone, config, device, world)
-    compile_mode = resolve_compile(config.compile, device, world.distributed)
-    optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.lr,
-                                  **optimizer_options(compile_mode, device))
-    windows = torch.from_numpy(training_windows(dataset, config.max_len))  # [U', T + 1]
-    if not len(windows):
-        raise ValueError(f"{dataset.name}: no user has two training interactions")
-    targets_per_window = ((windows[:, :-1] > 0) & (windows[:, 1:] > 0)).sum(1)  # [U']
-    generators = {"shuffler": torch.Generator().manual_seed(config.seed),
-                  "sampler": torch.Generator(device=device).manual_seed(config.seed)}
-    progress = _fresh_progress()
-    if resume:
-        progress = _restore(checkpoint_path, dataset, config, world, model, optimizer, generators)
-    objective = NextItemObjective(model, config, generators["sampler"])
-    objective.encode = training_encoder(model, config.batch_size, compile_mode)
-    trainer = (DistributedDataParallel(objective, device_ids=[device] if device.type == "cuda" else None)
-               if world.distributed else objective)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16,
-                              enabled=device.type == "cuda" and config.precision == "bf16")
-    wall_start = time.perf_counter() - progress["wall_seconds"]
-
-    def save(epoch_loss_sum: float) -> None:
-        per_rank = world.gather_objects({"rng": capture_rng(generators), "epoch_loss_sum": epoch_loss_sum})
-        if checkpoint_path is not None and world.is_main:
-            save_atomically({"format": CHECKPOINT_FORMAT, "config": config.identity(), "world_size": world.size,
-                             "data": data_signature(dataset), "model": model.state_dict(), "optimizer": optimizer.state_dict(), "per_rank": per_rank,
-                             "progress": {**progress, "wall_seconds": time.perf_counter() - wall_start}},
-                            checkpoint_path)
-        world.barrier()
-
+    training = Training(dataset, backbone, config, model, device, world, checkpoint_path, resume)
     with StopRequest() as stop:
-        epoch_loss_sum = progress.pop("epoch_loss_sum", 0.0)
-        while progress["epoch"] < config.epochs and not progress["done"]:
-            epoch = progress["epoch"]
-            model.train()
-            if progress["order"] is None:
-                progress["order"] = torch.randperm(len(windows), generator=generators["shuffler"])
-            batches = progress["order"].split(config.batch_size)
-            shown = tqdm(total=len(batches), initial=progress["next_batch"], desc=f"{backbone} epoch {epoch + 1}/{config.epochs}",
-                         leave=False, disable=not (config.progress and world.is_main))
-            epoch_start = time.perf_counter()
-            # the loss sum stays on the device until the epoch ends, one host sync fewer per step (float64:
-            # the same sum as adding each step's value on the host)
-            loss_accumulator = torch.tensor(epoch_loss_sum, dtype=torch.float64, device=device)
-            for batch_index in range(progress["next_batch"], len(batches)):
-                if world.any(stop.requested, device):
-                    progress["next_batch"] = batch_index
-                    progress["train_seconds"] += time.perf_counter() - epoch_start
-                    save(float(loss_accumulator))
-                    raise KeyboardInterrupt(f"training stopped at epoch {epoch + 1}, batch {batch_index}")
-                index = batches[batch_index]
-                own, weight = world.share(index), 1.0
-                if not len(own):  # fewer windows than processes: train on one with weight 0 to keep in step
-                    own, weight = index[:1], 0.0
-                batch_targets = int(targets_per_window[index].sum())
-                with autocast:
-                    loss_sum, own_targets = trainer(windows[own].to(device))
-                optimizer.zero_grad(set_to_none=True)
-                # DistributedDataParallel averages gradients over ranks: scale so they add up to the global mean
-                (loss_sum * (weight * world.size / batch_targets)).backward()
-                optimizer.step()
-                loss_accumulator += loss_sum.detach().double() * weight
-                progress["epoch_loss_count"] += batch_targets
-                shown.update()
-                if not shown.disable:
-                    shown.set_postfix(loss=f"{float(loss_sum.detach()) / max(own_targets, 1):.4f}")
-                stop.count_batch()
-            shown.close()
-            epoch_loss_sum = float(loss_accumulator)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            progress["train_seconds"] += time.perf_counter() - epoch_start
-            progress["trained_tokens"] += progress["epoch_loss_count"]
-            loss_total = world.sum([epoch_loss_sum], device)[0]
-            metrics = None
-            try:
-                with autocast:
-                    valid = evaluate(model, dataset, dataset.valid_cases, config, device, f"{backbone} valid", world)
-            except FloatingPointError:  # diverged: like early stopping, keep the best epoch (if there is one)
-                if progress["best_state"] is None:
-                    raise
-                progress.update(diverged_epoch=epoch + 1, done=True)
-            else:
-                metrics = {"train_loss": loss_total / max(progress["epoch_loss_count"], 1),
-                           **{f"valid_{k}": v for k, v in valid.items()}}
-                progress["history"].append(metrics)
-                improved = metrics["valid_auc"] > progress["best_valid_auc"]
-                if improved:
-                    progress.update(best_valid_auc=metrics["valid_auc"], best_epoch=epoch,
-                                    best_state=copy.deepcopy(model.state_dict()))
-                progress.update(epoch=epoch + 1, next_batch=0, order=None, epoch_loss_count=0,
-                                done=not improved and epoch - progress["best_epoch"] >= config.patience)
-                epoch_loss_sum = 0.0
-            save(epoch_loss_sum)  # before on_epoch: a run killed in between logs the epoch when resumed
+        while training.progress.epoch < config.epochs and not training.progress.done:
+            epoch = training.progress.epoch
+            training.train_epoch(stop)
+            metrics = training.validate()
+            training.save_checkpoint()  # before on_epoch: a run killed in between logs the epoch when resumed
             if on_epoch and metrics:
                 on_epoch(epoch, metrics)
             if world.any(stop.requested, device):  # a stop requested during the validation
                 raise KeyboardInterrupt(f"training stopped after epoch {epoch + 1}")
-    model.load_state_dict(progress["best_state"])
-    case_ranks: dict = {}
-    with autocast:
-        test = evaluate(model, dataset, dataset.test_cases, config, device, f"{backbone} test", world, case_ranks)
-    history, best_epoch = progress["history"], progress["best_epoch"]
-    return _result(model, device, history, best_epoch, test, case_ranks, wall_start,
-                   progress["trained_tokens"] / max(progress["train_seconds"], 1e-9), progress["diverged_epoch"])
+    return training.test()
+
+
+class Training:
+    """One run's model, optimizer, data and loop state, with the steps of ``fit``: ``train_epoch``,
+    ``validate``, ``save_checkpoint`` and ``test``."""
+
+    def __init__(self, dataset: ProcessedDataset, backbone: str, config: TrainConfig, model: SequentialRecommender,
+                 device: torch.device, world: World, checkpoint_path: Path | None, resume: bool):
+        self.dataset, self.backbone, self.config, self.model = dataset, backbone, config, model
+        self.device, self.world, self.checkpoint_path = device, world, checkpoint_path
+        compile_mode = resolve_compile(config.compile, device, world.distributed)
+        self.optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.lr,
+                                           **optimizer_options(compile_mode, device))
+        self.windows = torch.from_numpy(training_windows(dataset, config.max_len))  # [U', T + 1]
+        if not len(self.windows):
+            raise ValueError(f"{dataset.name}: no user has two training interactions")
+        self.targets_per_window = ((self.windows[:, :-1] > 0) & (self.windows[:, 1:] > 0)).sum(1)  # [U']
+        self.generators = {"shuffler": torch.Generator().manual_seed(config.seed),
+                           "sampler": torch.Generator(device=device).manual_seed(config.seed)}
+        self.progress, self.epoch_loss_sum = Progress(), 0.0  # the loss sum of the epoch's batches so far
+        if resume:
+            self.progress, self.epoch_loss_sum = _restore(checkpoint_path, dataset, config, world, model,
+                                                          self.optimizer, self.generators)
+        objective = NextItemObjective(model, config, self.generators["sampler"])
+        objective.encode = training_encoder(model, config.batch_size, compile_mode)
+        self.step_module = (DistributedDataParallel(objective, device_ids=[device] if device.type == "cuda" else None)
+                            if world.distributed else objective)
+        self.autocast = torch.autocast(device.type, dtype=torch.bfloat16,
+                                       enabled=device.type == "cuda" and config.precision == "bf16")
+        self.wall_start = time.perf_counter() - self.progress.wall_seconds
+
+    def train_epoch(self, stop: StopRequest) -> None:
+        """Train the current epoch's batches from ``progress.next_batch`` on; a stop request saves a
+        checkpoint and raises KeyboardInterrupt."""
+        progress, config, world, device = self.progress, self.config, self.world, self.device
+        self.model.train()
+        if progress.order is None:
+            progress.order = torch.randperm(len(self.windows), generator=self.generators["shuffler"])
+        batches = progress.order.split(config.batch_size)
+        shown = tqdm(total=len(batches), initial=progress.next_batch,
+                     desc=f"{self.backbone} epoch {progress.epoch + 1}/{config.epochs}",
+                     leave=False, disable=not (config.progress and world.is_main))
+        epoch_start = time.perf_counter()
+        # the loss sum stays on the device until the epoch ends, one host sync fewer per step (float64:
+        # the same sum as adding each step's value on the host)
+        loss_accumulator = torch.tensor(self.epoch_loss_sum, dtype=torch.float64, device=device)
+        for batch_index in range(progress.next_batch, len(batches)):
+            if world.any(stop.requested, device):
+                progress.next_batch = batch_index
+                progress.train_seconds += time.perf_counter() - epoch_start
+                self.epoch_loss_sum = float(loss_accumulator)
+                self.save_checkpoint()
+                raise KeyboardInterrupt(f"training stopped at epoch {progress.epoch + 1}, batch {batch_index}")
+            loss_sum, own_targets, weight = self._step(batches[batch_index])
+            loss_accumulator += loss_sum.detach().double() * weight
+            shown.update()
+            if not shown.disable:
+                shown.set_postfix(loss=f"{float(loss_sum.detach()) / max(own_targets, 1):.4f}")
+            stop.count_batch()
+        shown.close()
+        self.epoch_loss_sum = float(loss_accumulator)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        progress.train_seconds += time.perf_counter() - epoch_start
+        progress.trained_tokens += progress.epoch_loss_count
+
+    def _step(self, index: torch.Tensor) -> tuple[torch.Tensor, int, float]:
+        """One optimizer step on the global batch ``index`` [b] of windows, this rank's share of it;
+        returns this rank's loss sum, its number of targets and the weight its loss counts with."""
+        own, weight = self.world.share(index), 1.0
+        if not len(own):  # fewer windows than processes: train on one with weight 0 to keep in step
+            own, weight = index[:1], 0.0
+        batch_targets = int(self.targets_per_window[index].sum())
+        with self.autocast:
+            loss_sum, own_targets = self.step_module(self.windows[own].to(self.device))
+        self.optimizer.zero_grad(set_to_none=True)
+        # DistributedDataParallel averages gradients over ranks: scale so they add up to the global mean
+        (loss_sum * (weight * self.world.size / batch_targets)).backward()
+        self.optimizer.step()
+        self.progress.epoch_loss_count += batch_targets
+        return loss_sum, own_targets, weight
+
+    def validate(self) -> dict | None:
+        """Validate the epoch just trained: its metrics (train_loss, valid_*), recorded in the history, the
+        best weights kept and early stopping decided; None when the scores diverged (training ends at the
+        best epoch so far)."""
+        progress, config, epoch = self.progress, self.config, self.progress.epoch
+        loss_total = self.world.sum([self.epoch_loss_sum], self.device)[0]
+        try:
+            with self.autocast:
+                valid = evaluate(self.model, self.dataset, self.dataset.valid_cases, config, self.device,
+                                 f"{self.backbone} valid", self.world)
+        except FloatingPointError:  # diverged: like early stopping, keep the best epoch (if there is one)
+            if progress.best_state is None:
+                raise
+            progress.diverged_epoch, progress.done = epoch + 1, True
+            return None
+        metrics = {"train_loss": loss_total / max(progress.epoch_loss_count, 1),
+                   **{f"valid_{k}": v for k, v in valid.items()}}
+        progress.history.append(metrics)
+        improved = metrics["valid_auc"] > progress.best_valid_auc
+        if improved:
+            progress.best_valid_auc, progress.best_epoch = metrics["valid_auc"], epoch
+            progress.best_state = copy.deepcopy(self.model.state_dict())
+        progress.epoch, progress.next_batch, progress.order, progress.epoch_loss_count = epoch + 1, 0, None, 0
+        progress.done = not improved and epoch - progress.best_epoch >= config.patience
+        self.epoch_loss_sum = 0.0
+        return metrics
+
+    def save_checkpoint(self) -> None:
+        """Write the checkpoint (rank 0, when the run has a checkpoint path): every rank's generators and
+        loss sum, the model, the optimizer and the loop state."""
+        world = self.world
+        per_rank = world.gather_objects({"rng": capture_rng(self.generators), "epoch_loss_sum": self.epoch_loss_sum})
+        if self.checkpoint_path is not None and world.is_main:
+            progress = {**vars(self.progress), "wall_seconds": time.perf_counter() - self.wall_start}
+            save_atomically({"format": CHECKPOINT_FORMAT, "config": self.config.identity(), "world_size": world.size,
+                             "data": data_signature(self.dataset), "model": self.model.state_dict(),
+                             "optimizer": self.optimizer.state_dict(), "per_rank": per_rank, "progress": progress},
+                            self.checkpoint_path)
+        world.barrier()
+
+    def test(self) -> FitResult:
+        """The best epoch's weights back in the model, evaluated on the test cases."""
+        progress = self.progress
+        self.model.load_state_dict(progress.best_state)
+        case_ranks: dict = {}
+        with self.autocast:
+            test = evaluate(self.model, self.dataset, self.dataset.test_cases, self.config, self.device,
+                            f"{self.backbone} test", self.world, case_ranks)
+        return _result(self.model, self.device, progress.history, progress.best_epoch, test, case_ranks,
+                       self.wall_start, progress.trained_tokens / max(progress.train_seconds, 1e-9),
+                       progress.diverged_epoch)
 
 
 def _result(model: nn.Module, device: torch.device, history: list[dict], best_epoch: int, test: dict,
-            case_ranks: dict, wall_start: float, tokens_per_s: float, diverged_epoch: int = 0) -> dict:
-    """What ``fit`` returns (``best_epoch`` 0-based into ``history``; ``diverged_epoch`` the epoch whose
-    validation scores were not finite, which ended training, or 0)."""
-    return {
-        "model": model,
-        "best_epoch": best_epoch + 1,
-        "epochs_run": len(history),
-        "history": history,
-        "valid": {k.removeprefix("valid_"): v for k, v in history[best_epoch].items() if k.startswith("valid_")},
-        "test": test,
-        "test_case_ranks": case_ranks,
-        "diverged_epoch": diverged_epoch,
-        "train_tokens_per_s": tokens_per_s,
-        "peak_memory_mb": peak_memory_mb(device),
-        "wall_seconds": time.perf_counter() - wall_start,
-        "n_parameters": sum(p.numel() for p in model.parameters()),
-    }
+            case_ranks: dict, wall_start: float, tokens_per_s: float, diverged_epoch: int = 0) -> FitResult:
+    """What ``fit`` returns (``best_epoch`` 0-based into ``history``)."""
+    return FitResult(
+        model=model, best_epoch=best_epoch + 1, epochs_run=len(history), history=history,
+        valid={k.removeprefix("valid_"): v for k, v in history[best_epoch].items() if k.startswith("valid_")},
+        test=test, test_case_ranks=case_ranks, diverged_epoch=diverged_epoch, train_tokens_per_s=tokens_per_s,
+        peak_memory_mb=peak_memory_mb(device), wall_seconds=time.perf_counter() - wall_start,
+        n_parameters=sum(p.numel() for p in model.parameters()),
+    )
 
 
 def _evaluate_untrained(model: nn.Module, dataset: ProcessedDataset, backbone: str, config: TrainConfig,
-                        device: torch.device, world: World) -> dict:
+                        device: torch.device, world: World) -> FitResult:
     """``fit`` of a model with nothing to train (``pop``): one validation and one test evaluation; its
     history is that one validation row, reported as epoch 1 of 1 with no training tokens."""
     wall_start = time.perf_counter()
@@ -335,9 +400,10 @@ def _evaluate_untrained(model: nn.Module, dataset: ProcessedDataset, backbone: s
 
 
 def _restore(path: Path | None, dataset: ProcessedDataset, config: TrainConfig, world: World,
-             model: SequentialRecommender,
-             optimizer: torch.optim.Optimizer, generators: dict[str, torch.Generator]) -> dict:
-    """Load ``path`` into the model, optimizer and generators; returns the saved loop progress."""
+             model: SequentialRecommender, optimizer: torch.optim.Optimizer,
+             generators: dict[str, torch.Generator]) -> tuple[Progress, float]:
+    """Load ``path`` into the model, optimizer and generators; returns the saved loop state and this rank's
+    loss sum of the interrupted epoch."""
     if path is None:
         raise ValueError("option --resume: no checkpoint file given")
     state = read_checkpoint(path, dataset, config, world.size)
@@ -346,7 +412,7 @@ def _restore(path: Path | None, dataset: ProcessedDataset, config: TrainConfig, 
     own = state["per_rank"][world.rank]
     restore_rng(own["rng"], generators)
     # keys added to the loop state since a checkpoint was written (diverged_epoch) start fresh
-    return {**_fresh_progress(), **state["progress"], "epoch_loss_sum": own["epoch_loss_sum"]}
+    return Progress(**state["progress"]), own["epoch_loss_sum"]
 
 
 def data_signature(dataset: ProcessedDataset) -> str:
