@@ -15,6 +15,7 @@ from pathlib import Path
 from ..registry import get_dataset, list_datasets
 from .core import DataError, MissingDataError
 from ..paths import RESULTS_DIR
+from ..tracking.markdown import pipe_table
 from .sources import load_dataset
 
 RESULTS_FILE = RESULTS_DIR / "datasets.md"
@@ -72,29 +73,34 @@ def collect(names: list[str] | None = None, raw_dirs: dict[str, Path] | None = N
     return rows, notes
 
 
+def _paper_cells(paper: tuple) -> list[str]:
+    """Users, items, interactions and mean length of a row of the paper's Table 7."""
+    return [f"{paper[0]:,}", f"{paper[1]:,}", f"{paper[2]:,}", f"{paper[3]:.2f}"]
+
+
 def render(rows: list[dict], notes: list[str]) -> str:
     lines = [
         "## Statistics after filtering",
         "",
-        f"Written by `prism-rec data stats` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Leave-one-out split, each dataset's default thresholds "
+        f"Written by `prism-rec data stats` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Leave-one-out "
+        "split, each dataset's default thresholds "
         "(users >= / items >=); duplicates kept; filtering iterated to a fixed point. Paper columns: "
         "Table 7 (users / items / interactions / mean length) of the same domain; the shared subsets are "
         "other public preprocessings, so their figures are not expected to match it.",
         "",
-        "| dataset | users >= / items >= | users | items | interactions | mean len | max len "
-        "| paper users | paper items | paper interactions | paper mean len |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    table = []
     for row in rows:
         paper = PAPER_TABLE_7.get(PAPER_DOMAIN.get(row["name"], row["name"]))
-        paper_cells = (f"{paper[0]:,} | {paper[1]:,} | {paper[2]:,} | {paper[3]:.2f}" if paper else "- | - | - | -")
-        lines.append(f"| {row['name']} | {row['thresholds']} | {row['users']:,} | {row['items']:,} | "
-                     f"{row['interactions']:,} | {row['mean_length']:.2f} | {row['max_length']:,} | {paper_cells} |")
+        table.append([row["name"], row["thresholds"], f"{row['users']:,}", f"{row['items']:,}",
+                      f"{row['interactions']:,}", f"{row['mean_length']:.2f}", f"{row['max_length']:,}",
+                      *(_paper_cells(paper) if paper else ["-"] * 4)])
     missing = [name for name in PAPER_TABLE_7 if name not in {row["name"] for row in rows}]
     for name in missing:
-        paper = PAPER_TABLE_7[name]
-        lines.append(f"| {name} (files not present) | 40 / 5 | - | - | - | - | - | {paper[0]:,} | {paper[1]:,} | "
-                     f"{paper[2]:,} | {paper[3]:.2f} |")
+        table.append([f"{name} (files not present)", "40 / 5", *["-"] * 5, *_paper_cells(PAPER_TABLE_7[name])])
+    lines.append(pipe_table(["dataset", "users >= / items >=", "users", "items", "interactions", "mean len", "max len",
+                             "paper users", "paper items", "paper interactions", "paper mean len"], table,
+                            align="ll" + "r" * 9))
     if notes:
         lines += ["", "Not included:", ""] + [f"- {note}" for note in notes]
     return "\n".join(lines) + "\n"

@@ -1,7 +1,8 @@
 """Data-parallel scaling report: the same benchmark with 1 and N processes, read back from the MLflow store.
 
 ``prism-rec scaling --dataset NAME --out results/scaling.md`` takes, for every model, the newest finished
-child run of each world size in the dataset's experiment, and writes training tokens/s, the scaling efficiency (tokens/s with N processes / (N x tokens/s with 1)) and test AUC of each run, with the
+child run of each world size in the dataset's experiment, and writes training tokens/s, the scaling efficiency
+(tokens/s with N processes / (N x tokens/s with 1)) and test AUC of each run, with the
 difference against the single-process run beside the tolerance the CPU test holds two gloo processes to
 (tests/test_ddp.py). An older 1-process run of the same settings, commit and machine is shown as a
 ``repeat``: its gap to the newest is the run-to-run spread. benchmarks/scaling_gpu.sh runs the benchmarks
@@ -16,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..files import write_atomically
+from ..tracking.markdown import pipe_table
 from ..tracking.store import experiment_id
 
 AUC_TOLERANCE = 1e-4  # the bound tests/test_ddp.py asserts for 2 gloo processes against 1 (dropout 0)
@@ -88,9 +90,8 @@ def _markdown(table: pd.DataFrame) -> str:
             return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.4g}"
         return str(value)
 
-    lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
-    return "\n".join(lines)
+    return pipe_table(list(table.columns), [[cell(v) for v in row] for row in table.itertuples(index=False)],
+                      align="l" * len(table.columns))
 
 
 def write_report(dataset: str, out: Path) -> Path:

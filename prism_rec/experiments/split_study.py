@@ -37,7 +37,7 @@ from .jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
 from ..paths import RESULTS_DIR
 from ..tracking.records import append_jsonl, run_hash
 from ..tracking.bootstrap import bootstrap_mean_ci, paired_difference
-from ..tracking.tables import pipe_table
+from ..tracking.markdown import pipe_table
 from ..training.devices import check_devices
 
 DATASETS = ("ml-100k", "movies-long")
@@ -135,7 +135,8 @@ def _summary(splits: dict[str, dict], dataset: str, changed: list[str]) -> str:
     both = [m for m in MODELS if all((dataset, m) in cells for cells in splits.values())]
     if not both:
         return "No backbone has runs under both splits yet."
-    orders = {split: sorted(both, key=lambda m: -np.mean(cells[(dataset, m)]["auc"])) for split, cells in splits.items()}
+    orders = {split: sorted(both, key=lambda m: -np.mean(cells[(dataset, m)]["auc"])) for split,
+              cells in splits.items()}
     shifts = [np.mean(splits["time"][(dataset, m)]["auc"]) - np.mean(splits["loo"][(dataset, m)]["auc"]) for m in both]
     return (f"Over the {len(both)} backbones with runs under both splits: order by mean test AUC under "
             f"leave-one-out {' > '.join(orders['loo'])}; under the time split {' > '.join(orders['time'])} "
@@ -161,7 +162,8 @@ def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
         "user's earlier items; test AUC is the mean over cases, so users with many test interactions weigh "
         "more. Test AUC: mean ± sample std over "
         "seeds (n); the 95% interval is a percentile bootstrap over test users of the seed-averaged per-user "
-        "AUC, weighted by each user's case count (a cluster bootstrap: a user's cases move together; bootstrap.py), so it is an interval for the test AUC column. Rank: position among the table's models within the split.", "",
+        "AUC, weighted by each user's case count (a cluster bootstrap: a user's cases move together; bootstrap.py), "
+        "so it is an interval for the test AUC column. Rank: position among the table's models within the split.", "",
     ]
     for dataset in DATASETS:
         rows = []
@@ -174,7 +176,8 @@ def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
                     row += ["missing", "—", "—"]
                     continue
                 low, high = bootstrap_mean_ci(np.stack(cell["per_user"]), cases=cell["cases"])
-                row += [seeds_text(cell["auc"], expected=len(cell["auc"])), f"[{low:.4f}, {high:.4f}]", str(ranks[split][model])]
+                row += [seeds_text(cell["auc"], expected=len(cell["auc"])), f"[{low:.4f}, {high:.4f}]",
+                        str(ranks[split][model])]
             both = [splits[s].get((dataset, model)) for s in ("loo", "time")]
             row.append(f"{np.mean(both[1]['auc']) - np.mean(both[0]['auc']):+.4f}" if all(both) else "—")
             rows.append(row)
@@ -184,7 +187,7 @@ def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
         pair_rows, changed = [], []
         for a, b in PAIRS:
             row, signs = [f"{a} − {b}"], []
-            for split, cells in splits.items():
+            for cells in splits.values():
                 first, second = cells.get((dataset, a)), cells.get((dataset, b))
                 if first is None or second is None:
                     row.append("missing")

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..files import write_atomically
+from .markdown import pipe_table
 from .case_ranks import decode
 from ..training.metrics import METRIC_NAMES
 from .records import CASE_RANKS_ARTIFACT
@@ -70,14 +71,6 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def pipe_table(header: list[str], rows: list[list[str]], align: str) -> str:
-    """A markdown table: ``align`` holds one letter per column, l (left) or r (right)."""
-    if len(align) != len(header) or any(len(row) != len(header) for row in rows):
-        raise ValueError(f"pipe_table: {len(header)} columns, align {align!r}, rows of {sorted({len(r) for r in rows})}")
-    rule = "|" + "|".join("---" if side == "l" else "---:" for side in align) + "|"
-    return "\n".join(["| " + " | ".join(header) + " |", rule, *("| " + " | ".join(row) + " |" for row in rows)])
-
-
 def with_test_user_intervals(summary: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """``summary`` plus n_users, auc_ci_low and auc_ci_high: the 95% bootstrap interval over test users of
     the seed-averaged per-user AUC (stats.bootstrap_mean_ci) from each run's case-ranks artifact. A model
@@ -113,7 +106,7 @@ def markdown_table(summary: pd.DataFrame) -> str:
     header = ["Model", *(COLUMN_TITLES[name] for name in METRIC_NAMES), "Params", "Seeds"]
     if intervals:
         header[2:2] = ["AUC 95% CI (test users)"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     best = {name: summary[f"{name}_mean"].max() for name in METRIC_NAMES}
     for _, row in summary.iterrows():
         cells = [row["model"]]
@@ -125,8 +118,8 @@ def markdown_table(summary: pd.DataFrame) -> str:
             cells[2:2] = ["—" if np.isnan(row["auc_ci_low"]) else
                           f"[{row['auc_ci_low']:.4f}, {row['auc_ci_high']:.4f}] ({int(row['n_users']):,} users)"]
         cells += [f"{row['n_parameters']:,}", str(row["n_seeds"])]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return pipe_table(header, rows, align="l" * len(header))
 
 
 def spread_note(summary: pd.DataFrame) -> str:
@@ -162,7 +155,8 @@ def write_tables(dataset: str, results_dir: Path = LOCAL_RESULTS_DIR) -> tuple[P
     machines = sorted(set(runs["tags.machine"].dropna()))
     commits = sorted(set(runs["tags.git_commit"].dropna()))
     versions = [f"{name} {', '.join(sorted(set(runs[column].dropna())))}"
-                for name, column in (("torch", "tags.torch_version"), ("Triton", "tags.triton_version")) if column in runs]
+                for name, column in (("torch", "tags.torch_version"),
+                                     ("Triton", "tags.triton_version")) if column in runs]
     lines = [
         f"# {dataset}: full-ranking test metrics",
         "",

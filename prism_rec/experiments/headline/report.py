@@ -15,6 +15,7 @@ import collections
 import datetime
 import math
 import statistics
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import pandas as pd
 from ... import registry
 from .. import tuning
 from ...tracking.case_ranks import CaseRanks, decode
+from ...tracking.markdown import pipe_table
 from ...files import read_jsonl, write_atomically
 from .protocol import (CASE_RANKS_NAME, DATASETS, LAYERS, MANIFEST_NAME, PROTOCOL, SEEDS, SETTINGS,
                                 backbone_parameters, training_config)
@@ -123,8 +125,8 @@ class Grid:
             missing = [c.model for c in (a, b) if not c.runs]
             no_ranks = [c.model for c in (a, b) if c.runs and c.per_user is None]
             if missing or no_ranks:
-                self._paired[key] = "; ".join(
-                    [f"{', '.join(missing)} missing"] * bool(missing) + [f"no case ranks for {', '.join(no_ranks)}"] * bool(no_ranks))
+                self._paired[key] = "; ".join([f"{', '.join(missing)} missing"] * bool(missing)
+                                              + [f"no case ranks for {', '.join(no_ranks)}"] * bool(no_ranks))
             else:
                 self._paired[key] = paired_difference(a.per_user, b.per_user, n_resamples=self.n_resamples)
         return self._paired[key]
@@ -160,7 +162,8 @@ def build_grid(manifest: list[dict], case_rank_rows: list[dict], n_resamples: in
             cell = Cell(dataset, model, runs, 1 if model in tuning.UNTRAINED else len(SEEDS))
             if not runs and model not in tuning.UNTRAINED:
                 base = tuning.tuning_base(model)
-                rates = {float(e["lr"]) for e in entries if (e["dataset"], e["model"], e["seed"]) == (dataset, base, tuning.TUNING_SEED)}
+                rates = {float(e["lr"]) for e in entries
+                         if (e["dataset"], e["model"], e["seed"]) == (dataset, base, tuning.TUNING_SEED)}
                 if rates and (dataset, base) not in choices:
                     cell.waiting = f"tuning {len(rates & set(tuning.LR_GRID))} of {len(tuning.LR_GRID)} rates"
             rows = []
@@ -230,12 +233,12 @@ def made_by(sources: str) -> str:
 SOURCES = f"`results/{MANIFEST_NAME}` and `results/{CASE_RANKS_NAME}`"
 
 
-def dataset_table(grid: Grid, dataset: str, extra_metrics: tuple[str, ...] = ()) -> list[str]:
+def dataset_table(grid: Grid, dataset: str, extra_metrics: tuple[str, ...] = ()) -> str:
     """One row per backbone (pop first): test AUC mean ± std (seeds), the 95% bootstrap interval over test
     users, the chosen rate, best/run epochs per seed, runs at the epoch cap, ``extra_metrics`` mean ± std."""
     titles = ["backbone", "test AUC mean ± std (seeds)", "95% CI (test users)", "lr", "epochs best/run (per seed)",
               "at cap", *(f"test {name}" for name in extra_metrics)]
-    lines = ["| " + " | ".join(titles) + " |", "|---|---:|---:|---:|---:|---:|" + "---:|" * len(extra_metrics)]
+    rows = []
     best = max((c.mean for c in grid.trained(dataset)), default=None)
     for model in grid.models:
         cell = grid.cell(dataset, model)
@@ -254,9 +257,8 @@ def dataset_table(grid: Grid, dataset: str, extra_metrics: tuple[str, ...] = ())
             values = [run[f"test_{name}"] for run in cell.runs]
             extras.append("missing" if not values else f"{statistics.fmean(values):.4f}"
                           + (f" ± {statistics.stdev(values):.4f}" if len(values) > 1 else ""))
-        cells = [label(model), text, ci_text(cell), rate_text(cell), epochs, at_cap, *extras]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        rows.append([label(model), text, ci_text(cell), rate_text(cell), epochs, at_cap, *extras])
+    return pipe_table(titles, rows, align="l" + "r" * (len(titles) - 1))
 
 
 def pair_rows(grid: Grid, dataset: str) -> list[tuple[str, PairedDifference | str]]:
@@ -280,12 +282,10 @@ def difference_text(difference: PairedDifference | str) -> list[str]:
     return [f"{difference.mean:+.4f}", f"[{difference.low:+.4f}, {difference.high:+.4f}]", p_value, verdict]
 
 
-def paired_table(grid: Grid, dataset: str) -> list[str]:
-    lines = ["| difference of mean test AUC | value | 95% paired bootstrap CI (test users) | Wilcoxon p | verdict |",
-             "|---|---:|---:|---:|---|"]
-    for what, difference in pair_rows(grid, dataset):
-        lines.append(f"| {what} | " + " | ".join(difference_text(difference)) + " |")
-    return lines
+def paired_table(grid: Grid, dataset: str) -> str:
+    rows = [[what, *difference_text(difference)] for what, difference in pair_rows(grid, dataset)]
+    return pipe_table(["difference of mean test AUC", "value", "95% paired bootstrap CI (test users)", "Wilcoxon p",
+                       "verdict"], rows, align="lrrrl")
 
 
 PAIRED_NOTE = ("Paired differences: each model's per-user test AUC averaged over its seeds, then the mean over "
@@ -301,7 +301,8 @@ def mean_ranks(cells: dict, models: list[str]) -> dict[str, tuple[float, int]]:
     of their ranks) among the models with runs there, and the number of datasets it was ranked on.
     ``cells``: {(dataset, model): test AUCs}."""
     ranks: dict[str, list[float]] = {}
-    for dataset in sorted({d for d, _ in cells}, key=lambda d: (d not in DATASETS, DATASETS.index(d) if d in DATASETS else d)):
+    for dataset in sorted({d for d, _ in cells},
+                          key=lambda d: (d not in DATASETS, DATASETS.index(d) if d in DATASETS else d)):
         means = {m: statistics.fmean(cells[(dataset, m)]) for m in models if cells.get((dataset, m))}
         for model, mean in means.items():
             above = sum(other > mean for other in means.values())
@@ -310,13 +311,13 @@ def mean_ranks(cells: dict, models: list[str]) -> dict[str, tuple[float, int]]:
     return {model: (statistics.fmean(r), len(r)) for model, r in ranks.items()}
 
 
-def summary_table(grid: Grid) -> list[str]:
+def summary_table(grid: Grid) -> str:
     """Test AUC per backbone and dataset (mean ± std (seeds)), best trained mean in bold, mean rank among
     the trained backbones (pop is the floor, not ranked)."""
     trained = [m for m in grid.models if m != FLOOR]
     ranks = mean_ranks({key: cell.aucs for key, cell in grid.cells.items() if cell.runs}, trained)
     columns = [f"{d} (short sequences)" if d in SHORT_SEQUENCE else d for d in grid.datasets]
-    lines = ["| backbone | " + " | ".join(columns) + " | mean rank |", "|---|" + "---:|" * (len(columns) + 1)]
+    rows = []
     best = {d: max((c.mean for c in grid.trained(d)), default=None) for d in grid.datasets}
     for model in grid.models:
         row = []
@@ -326,17 +327,14 @@ def summary_table(grid: Grid) -> list[str]:
             row.append(f"**{text}**" if cell.runs and model != FLOOR and cell.mean == best[dataset] else text)
         rank = ranks.get(model)
         rank_text = "— (floor)" if model == FLOOR else "missing" if rank is None else f"{rank[0]:.1f} (over {rank[1]})"
-        lines.append(f"| {label(model)} | " + " | ".join(row) + f" | {rank_text} |")
-    return lines
+        rows.append([label(model), *row, rank_text])
+    return pipe_table(["backbone", *columns, "mean rank"], rows, align="l" + "r" * (len(columns) + 1))
 
 
-def paper_table() -> list[str]:
+def paper_table() -> str:
     ours = {column: dataset for dataset, column in PAPER_COLUMNS.items()}
-    lines = ["| paper model (ours) | " + " | ".join(f"{PAPER_DOMAINS[i]} (ours: {ours[i]})" for i in range(4)) + " |",
-             "|---|" + "---:|" * 4]
-    for name, values in PAPER_TABLE2.items():
-        lines.append(f"| {name} | " + " | ".join(f"{v:.4f}" for v in values) + " |")
-    return lines
+    return pipe_table(["paper model (ours)", *(f"{PAPER_DOMAINS[i]} (ours: {ours[i]})" for i in range(4))],
+                      [[name, *(f"{v:.4f}" for v in values)] for name, values in PAPER_TABLE2.items()], align="lrrrr")
 
 
 # ---- checks ---------------------------------------------------------------------------------------------
@@ -344,7 +342,8 @@ def paper_table() -> list[str]:
 def run_name(entry: dict, grid: Grid) -> str:
     """dataset/model/seed, with the rate when the run is a tuning run at a rate that was not chosen."""
     chosen = tuning.rate_for(entry["dataset"], entry["model"], grid.choices)
-    extra = "" if entry["model"] in tuning.UNTRAINED or float(entry["lr"]) == chosen else f" (tuning run, lr {entry['lr']:g})"
+    untuned = entry["model"] in tuning.UNTRAINED or float(entry["lr"]) == chosen
+    extra = "" if untuned else f" (tuning run, lr {entry['lr']:g})"
     return f"{entry['dataset']}/{entry['model']}/s{entry['seed']}{extra}"
 
 
@@ -353,7 +352,8 @@ def trained_runs(grid: Grid) -> list[dict]:
     newest = {(e["dataset"], e["model"], e["seed"], float(e["lr"])): e for e in grid.entries
               if e["model"] != FLOOR and not e.get("diverged")}
     order = {m: i for i, m in enumerate(grid.models)}
-    return sorted(newest.values(), key=lambda e: (grid.datasets.index(e["dataset"]), order[e["model"]], e["seed"], e["lr"]))
+    return sorted(newest.values(),
+                  key=lambda e: (grid.datasets.index(e["dataset"]), order[e["model"]], e["seed"], e["lr"]))
 
 
 def near_floor(grid: Grid) -> list[str]:
@@ -440,7 +440,8 @@ def same_seed_check(manifest: list[dict], model: str, reference: str, why: str) 
     pairs = [p for p in pairs if p not in other_rates]
     skipped = f" ({len(other_rates)} pair(s) trained at different rates left out)" if other_rates else ""
     if not pairs:
-        return f"**{model} against {reference}, seed by seed:** no run of both with the same dataset, seed and rate{skipped}."
+        return (f"**{model} against {reference}, seed by seed:** no run of both with the same dataset, seed and "
+                f"rate{skipped}.")
     differing = [f"{dataset} s{seed} ({abs(ours['test_auc'] - theirs['test_auc']):.1e}; commits "
                  f"{ours['git_commit']} and {theirs['git_commit']})"
                  for (dataset, _, seed), ours, theirs in pairs if ours["test_auc"] != theirs["test_auc"]]
@@ -456,16 +457,13 @@ AUTHORS_PAIRS = (("prism-authors", "prism"), ("gdn-authors", "gated_deltanet"), 
                  ("prism", "sasrec"))  # paper as run against paper as written, and the paper's ordering claims
 
 
-def authors_table(grid: Grid) -> list[str]:
+def authors_table(grid: Grid) -> str:
     """Per dataset, the paired differences between the authors' presets (results/paper_vs_code.md) and the
     faithful backbones, and the paper's ordering claims (PRISM above GDN, near SASRec) under both."""
-    lines = ["| dataset | difference of mean test AUC | value | 95% paired bootstrap CI | Wilcoxon p | verdict |",
-             "|---|---|---:|---:|---:|---|"]
-    for dataset in grid.datasets:
-        for first, second in AUTHORS_PAIRS:
-            lines.append(f"| {dataset} | {first} − {second} | "
-                         + " | ".join(difference_text(grid.paired(dataset, first, second))) + " |")
-    return lines
+    rows = [[dataset, f"{first} − {second}", *difference_text(grid.paired(dataset, first, second))]
+            for dataset in grid.datasets for first, second in AUTHORS_PAIRS]
+    return pipe_table(["dataset", "difference of mean test AUC", "value", "95% paired bootstrap CI", "Wilcoxon p",
+                       "verdict"], rows, align="llrrrl")
 
 
 def ablation(grid: Grid) -> list[str]:
@@ -474,22 +472,21 @@ def ablation(grid: Grid) -> list[str]:
     paper = sorted(PAPER_ABLATION, key=lambda m: -PAPER_ABLATION[m])
     cells = {m: grid.cell(ABLATION_DATASET, m) for m in PAPER_ABLATION}
     ours = sorted((m for m in PAPER_ABLATION if cells[m].runs), key=lambda m: -cells[m].mean)
-    lines = [f"| rank | paper Table 3 (Electronics AUC) | ours ({ABLATION_DATASET}, test AUC mean ± std) |",
-             "|---:|---|---|"]
-    for rank, model in enumerate(paper):
-        mine = f"{ours[rank]} {auc_text(cells[ours[rank]])}" if rank < len(ours) else "missing"
-        lines.append(f"| {rank + 1} | {model} {PAPER_ABLATION[model]:.4f} | {mine} |")
+    order = [[str(rank + 1), f"{model} {PAPER_ABLATION[model]:.4f}",
+              f"{ours[rank]} {auc_text(cells[ours[rank]])}" if rank < len(ours) else "missing"]
+             for rank, model in enumerate(paper)]
     missing = [m for m in paper if not cells[m].runs]
     if missing:
         verdict = f"Order undetermined: {', '.join(missing)} missing."
     else:
         verdict = ("The paper's order holds" if ours == paper else "Not the paper's order") + (
             " by mean; two presets whose paired interval below holds 0 are not ordered by this grid.")
-    lines += ["", verdict, "", "| prism − preset | value | 95% paired bootstrap CI | Wilcoxon p | verdict |",
-              "|---|---:|---:|---:|---|"]
-    for model in paper[1:]:
-        lines.append(f"| prism − {model} | " + " | ".join(difference_text(grid.paired(ABLATION_DATASET, "prism", model))) + " |")
-    return lines
+    differences = [[f"prism − {model}", *difference_text(grid.paired(ABLATION_DATASET, "prism", model))]
+                   for model in paper[1:]]
+    return [pipe_table(["rank", "paper Table 3 (Electronics AUC)", f"ours ({ABLATION_DATASET}, test AUC mean ± std)"],
+                       order, align="rll"), "", verdict, "",
+            pipe_table(["prism − preset", "value", "95% paired bootstrap CI", "Wilcoxon p", "verdict"], differences,
+                       align="lrrrl")]
 
 
 def v1_means(v1_entries: list[dict]) -> dict[tuple[str, str], float]:
@@ -502,8 +499,7 @@ def v1_means(v1_entries: list[dict]) -> dict[tuple[str, str], float]:
 def v1_comparison(grid: Grid, v1_entries: list[dict]) -> list[str]:
     """Per dataset and backbone the v1 mean test AUC beside v2's, and the reasons they differ."""
     before = v1_means(v1_entries)
-    lines = ["| backbone | " + " | ".join(f"{d} v1 → v2" for d in grid.datasets) + " |",
-             "|---|" + "---:|" * len(grid.datasets)]
+    rows = []
     for model in grid.models:
         row = []
         for dataset in grid.datasets:
@@ -513,7 +509,9 @@ def v1_comparison(grid: Grid, v1_entries: list[dict]) -> list[str]:
                 row.append(f"no v1 run → {new}")
             else:
                 row.append(f"{old:.4f} → {new}" + (f" ({cell.mean - old:+.4f})" if cell.runs else ""))
-        lines.append(f"| {label(model)} | " + " | ".join(row) + " |")
+        rows.append([label(model), *row])
+    lines = [pipe_table(["backbone", *(f"{d} v1 → v2" for d in grid.datasets)], rows,
+                        align="l" + "r" * len(grid.datasets))]
     other_rate = sorted(f"{d}/{m} {rate:g}" for (d, m), rate in grid.choices.items() if rate != V1_SETTINGS["lr"])
     table_runs = [run for cell in grid.cells.values() if cell.model != FLOOR for run in cell.runs]
     late = [run for run in table_runs if run["best_epoch"] > V1_SETTINGS["epochs"]]
@@ -527,9 +525,9 @@ def v1_comparison(grid: Grid, v1_entries: list[dict]) -> list[str]:
               f"than {V1_SETTINGS['lr']:g}: {len(other_rate)} of {len(grid.choices)}"
               + (f" ({', '.join(other_rate)})." if other_rate else "."),
               f"- **Patience and cap.** v1 stopped after {V1_SETTINGS['patience']} epochs without improvement, at most "
-              f"{V1_SETTINGS['epochs']}; v2 after {SETTINGS['patience']}, at most {SETTINGS['epochs']}. Table runs whose "
-              f"best epoch came after v1's cap of {V1_SETTINGS['epochs']}: {len(late)} of {len(table_runs)}; after epoch "
-              f"{3 * V1_SETTINGS['patience']} (where v1's plateau runs had stopped): {len(patient)}.",
+              f"{V1_SETTINGS['epochs']}; v2 after {SETTINGS['patience']}, at most {SETTINGS['epochs']}. Table runs "
+              f"whose best epoch came after v1's cap of {V1_SETTINGS['epochs']}: {len(late)} of {len(table_runs)}; "
+              f"after epoch {3 * V1_SETTINGS['patience']} (where v1's plateau runs had stopped): {len(patient)}.",
               "- **Datasets.** movies-long is new in v2 (the paper's Movies domain); pop is a new row."]
     return lines
 
@@ -539,8 +537,7 @@ def tuning_table(grid: Grid) -> list[str]:
     seen = {(e["dataset"], e["model"], float(e["lr"])): e["best_valid_auc"] for e in grid.entries
             if e["seed"] == tuning.TUNING_SEED and e["model"] not in tuning.UNTRAINED}
     bases = [m for m in grid.models if m not in tuning.UNTRAINED and tuning.tuning_base(m) == m]
-    lines = ["| dataset | backbone | " + " | ".join(f"lr {r:g}" for r in tuning.LR_GRID) + " | chosen |",
-             "|---|---|" + "---:|" * (len(tuning.LR_GRID) + 1)]
+    rows = []
     untuned = [d for d in grid.datasets if not any(key[0] == d for key in seen)]
     for dataset in (d for d in grid.datasets if d not in untuned):
         for base in bases:
@@ -550,8 +547,10 @@ def tuning_table(grid: Grid) -> list[str]:
                       if rate == chosen else f"{v:.4f}")
                      for rate, v in zip(tuning.LR_GRID, values)]
             done = sum(v is not None for v in values)
-            lines.append(f"| {dataset} | {base} | " + " | ".join(cells) + " | "
-                         + (f"{chosen:g}" if chosen else f"missing ({done} of {len(values)} rates)") + " |")
+            rows.append([dataset, base, *cells,
+                         f"{chosen:g}" if chosen else f"missing ({done} of {len(values)} rates)"])
+    lines = [pipe_table(["dataset", "backbone", *(f"lr {r:g}" for r in tuning.LR_GRID), "chosen"], rows,
+                        align="ll" + "r" * (len(tuning.LR_GRID) + 1))]
     if untuned:
         lines += ["", f"No tuning run yet on {', '.join(untuned)} (every rate missing)."]
     return lines
@@ -612,41 +611,38 @@ def write_pareto(grid: Grid, dataset: str, solo: dict | None, path: Path) -> tup
 def cost_tables(grid: Grid, solo: dict | None) -> list[str]:
     """Parameters, solo training tokens/s (solo_throughput.csv) and the shared-GPU figure of the manifest."""
     datasets = grid.datasets
-    lines = ["| backbone | layers | backbone params | " + " | ".join(f"{d} total params" for d in datasets) + " |",
-             "|---|---:|---:|" + "---:|" * len(datasets)]
+    numeric = "l" + "r" * len(datasets)
 
     def mean_of(cell: Cell, key: str, form: str) -> str:
         return form.format(statistics.fmean(r[key] for r in cell.runs)) if cell.runs else "missing"
 
+    sizes = []
     for model in grid.models:
         if model in tuning.UNTRAINED:
             layers, params = "—", "none"
         else:
             layers = LAYERS.get(model, SETTINGS["n_layers"])
-            params = f"{backbone_parameters(model, training_config(DATASETS[0], model, 0, 'cpu', {}, V1_SETTINGS['lr'])):,}"
-        lines.append(f"| {label(model)} | {layers} | {params} | "
-                     + " | ".join(mean_of(grid.cell(d, model), "n_parameters", "{:,.0f}") for d in datasets) + " |")
+            config = training_config(DATASETS[0], model, 0, "cpu", {}, V1_SETTINGS["lr"])
+            params = f"{backbone_parameters(model, config):,}"
+        sizes.append([label(model), str(layers), params,
+                      *(mean_of(grid.cell(d, model), "n_parameters", "{:,.0f}") for d in datasets)])
+    trained = [model for model in grid.models if model not in tuning.UNTRAINED]
     solo_rows = [row for row in (solo or {}).values()]
     solo_machines = sorted({str(row["machine"]) for row in solo_rows})
-    lines += ["", f"Solo training tokens/s (next-item targets per second of training, one run alone on the GPU; "
+    solo_table = [[model, *(f"{float(solo[(d, model)]['tokens_per_s']):,.0f}" if solo and (d, model) in solo
+                            else "missing" for d in datasets)] for model in trained]
+    shared_table = [[model, *(mean_of(grid.cell(d, model), "train_tokens_per_s", "{:,.0f}") for d in datasets)]
+                    for model in trained]
+    return [pipe_table(["backbone", "layers", "backbone params", *(f"{d} total params" for d in datasets)], sizes,
+                       align="lrr" + "r" * len(datasets)),
+            "", f"Solo training tokens/s (next-item targets per second of training, one run alone on the GPU; "
               f"results/{SOLO_NAME}"
               + (f", {', '.join(solo_machines)}; the commands in its `command` column" if solo_rows else ": absent")
-              + "). These are the x axes of the Pareto plots.", "",
-              "| backbone | " + " | ".join(datasets) + " |", "|---|" + "---:|" * len(datasets)]
-    for model in grid.models:
-        if model in tuning.UNTRAINED:
-            continue
-        row = [(f"{float(solo[(d, model)]['tokens_per_s']):,.0f}" if solo and (d, model) in solo else "missing")
-               for d in datasets]
-        lines.append(f"| {model} | " + " | ".join(row) + " |")
-    lines += ["", "Shared-GPU training tokens/s of the table runs (the manifest's `train_tokens_per_s`, mean over "
-              "seeds: each run's share of a GPU it shared with other runs; not a solo figure, not used in the "
-              "Pareto plots):", "", "| backbone | " + " | ".join(datasets) + " |", "|---|" + "---:|" * len(datasets)]
-    for model in grid.models:
-        if model not in tuning.UNTRAINED:
-            lines.append(f"| {model} | " + " | ".join(mean_of(grid.cell(d, model), "train_tokens_per_s", "{:,.0f}")
-                                                      for d in datasets) + " |")
-    return lines
+            + "). These are the x axes of the Pareto plots.", "",
+            pipe_table(["backbone", *datasets], solo_table, align=numeric),
+            "", "Shared-GPU training tokens/s of the table runs (the manifest's `train_tokens_per_s`, mean over "
+            "seeds: each run's share of a GPU it shared with other runs; not a solo figure, not used in the "
+            "Pareto plots):", "", pipe_table(["backbone", *datasets], shared_table, align=numeric)]
 
 
 def gpu_sharing_note(manifest: list[dict]) -> str:
@@ -661,9 +657,9 @@ def gpu_sharing_note(manifest: list[dict]) -> str:
     words = {"mps": "through a CUDA MPS server", "time-slicing": "in time slices"}
     shared = ", ".join(f"{count} {words.get(mode, mode)}" for mode, count in sorted(modes.items()))
     return (f"The GPU runs shared each GPU with {' or '.join(f'{c:g}' for c in counts)} worker processes "
-            f"on average (the manifest's `jobs_per_device`, workers per GPU while the call began; runs: {shared}), so tokens/s is each run's share, not a solo "
-            "figure, and depends on whichever other runs were in flight: these figures compare backbones only "
-            "roughly; `make throughput` measures solo steps.")
+            f"on average (the manifest's `jobs_per_device`, workers per GPU while the call began; runs: {shared}), "
+            "so tokens/s is each run's share, not a solo figure, and depends on whichever other runs were in flight: "
+            "these figures compare backbones only roughly; `make throughput` measures solo steps.")
 
 
 # ---- files ----------------------------------------------------------------------------------------------
@@ -678,8 +674,8 @@ def dataset_markdown(grid: Grid, dataset: str) -> str:
              "Mean ± sample std over seeds at the chosen learning rate; each test case ranks its target against all "
              "items. The 95% CI is a bootstrap over test users of the seed-averaged per-user AUC. pop is the floor "
              "(item popularity, no training, one run). Best trained mean in bold.", "",
-             *dataset_table(grid, dataset, extra), "", made_by(SOURCES), "",
-             "## Paired differences", "", *paired_table(grid, dataset), "", PAIRED_NOTE, "",
+             dataset_table(grid, dataset, extra), "", made_by(SOURCES), "",
+             "## Paired differences", "", paired_table(grid, dataset), "", PAIRED_NOTE, "",
              f"Charts: [auc.png](auc.png) (test AUC per backbone), [pareto.png](pareto.png) (against solo tokens/s); "
              f"{made_by(SOURCES)}", "",
              f"Training commands: {'; '.join(f'`{c}`' for c in commands) or 'none'}. Machines: "
@@ -708,125 +704,64 @@ def dataset_csv(grid: Grid, dataset: str) -> str:
     return pd.DataFrame(rows).to_csv(index=False, float_format="%.6f")
 
 
+README_TEMPLATE = Path(__file__).with_name("readme_template.md")  # the prose of results/README.md
+
+
 def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing: dict[str, list[str]]) -> str:
-    table_runs = sum(len(c.runs) for c in grid.cells.values())
-    expected = sum(c.expected for c in grid.cells.values())
+    """results/README.md: README_TEMPLATE filled with the grid's tables, checks and figures."""
     rates = sorted({float(e["lr"]) for e in grid.entries if e["model"] not in tuning.UNTRAINED})
     caps = sorted({(e["epochs"], e["patience"]) for e in grid.entries})
-    settings = ", ".join(f"{k} {v}" for k, v in SETTINGS.items() if k not in ("epochs", "patience"))
     commands = sorted({e["command"] for e in grid.entries})
-    parts = [
-        "# Headline results (protocol headline-v2): every backbone on six datasets",
-        "",
-        f"Written {datetime.date.today().isoformat()} by `{COMMAND}` from {SOURCES} only (not the MLflow store): "
-        f"{table_runs} of {expected} table runs (dataset, backbone, seed at the chosen rate; pop once) finished, "
-        f"{len(grid.entries)} v2 manifest lines in all (tuning runs included)"
-        + (f"; {grid.other_protocols} line(s) of other protocols left out" if grid.other_protocols else "")
-        + ". The old protocol's results are in results/v1/ (README there says why it was superseded).",
-        "",
-        f"**Protocol.** Leave-one-out split, full-ranking test AUC against all items, each dataset's default "
-        f"thresholds (results/datasets.md) and window. {', '.join(DATASETS)}; movies-fedcsr is a short-sequence "
-        f"domain (mean history 4.6 items, where nothing beats popularity by much), movies-long the paper's Movies "
-        f"domain. Training: {settings}; AdamW, full softmax cross-entropy; early stopping on validation AUC "
-        f"(epochs, patience: {'; '.join(f'{e}, {p}' for e, p in caps) or 'no runs'}), "
-        f"best weights restored. Learning rate tuned per (dataset, base backbone) on seed {tuning.TUNING_SEED} over "
-        f"{', '.join(f'{r:g}' for r in tuning.LR_GRID)} by best validation AUC (ties: the smaller rate); the prism-* "
-        f"ablation presets take prism's rate; seeds {', '.join(map(str, SEEDS))} then train at the chosen rate "
-        f"(prism_rec/experiments/tuning.py). Rates in the manifest: {', '.join(f'{r:g}' for r in rates) or 'none'}. pop ranks "
-        f"items by training popularity: no training, one deterministic run (seed 0) per dataset, the floor.",
-        "",
-        "## Test AUC (mean ± sample std (seeds); best trained mean per dataset in bold; mean rank among the trained "
-        "backbones over the datasets where they have runs)",
-        "",
-        *summary_table(grid),
-        "",
-        made_by(f"`results/{MANIFEST_NAME}`"),
-        "",
-        "For orientation only, the paper's Table 2 (AUC). The paper preprocesses the official full files (users >= 40, "
-        "longer histories); these subsets are other public preprocessings of the same domains (../shared/data/README.md), "
-        "so the numbers are not comparable cell by cell (ml-100k and movies-fedcsr have no paper column):",
-        "",
-        *paper_table(),
-        "",
-        "## Per dataset",
-        "",
-        "One row per backbone: test AUC mean ± std over seeds (n seeds), the 95% bootstrap interval over test users "
-        "of the seed-averaged per-user AUC, the chosen rate, best/run epochs per seed and the runs that stopped at "
-        "the epoch cap. " + PAIRED_NOTE,
-        "",
-    ]
-    for dataset in grid.datasets:
-        heading = f"### {dataset}" + (" (short sequences)" if dataset in SHORT_SEQUENCE else "")
-        if dataset not in pareto_missing:  # no table run at all
-            parts += [heading, "", f"No table runs yet: all {len(grid.models)} rows missing.", ""]
-            continue
-        parts += [heading, "", *dataset_table(grid, dataset), "", *paired_table(grid, dataset), "",
-                  f"{made_by(SOURCES)} Also: [results/{dataset}/auc.md]({dataset}/auc.md) (with Hit@10, NDCG@10), "
-                  f"[pareto.png]({dataset}/pareto.png)." if dataset in pareto_missing else made_by(SOURCES), ""]
-    parts += [
-        "## Checks",
-        "",
-        *near_floor(grid), "",
-        *plateaus(grid), "",
-        *cap_check(grid), "",
-        case_rank_check(grid), "",
-        same_seed_check([e for c in grid.cells.values() for e in c.runs], "prism-L0", "gated_deltanet",
-                        "PRISM at L = 0 is Gated DeltaNet; they match only where both trained at the same rate"), "",
-        made_by(SOURCES), "",
-        "## Paper as run against paper as written (results/paper_vs_code.md)", "",
-        "The `*-authors` presets train what the authors' code trains (results/paper_vs_code.md); each is tuned "
-        "like any base backbone. Rows: each preset against its faithful counterpart, then the paper's ordering "
-        "claims (PRISM above Gated DeltaNet, close to SASRec) with the authors' models and with ours.", "",
-        *authors_table(grid), "",
-        f"## Ablation order (paper Table 3, Electronics; ours on {ABLATION_DATASET})",
-        "",
-        *ablation(grid), "",
-        made_by(SOURCES), "",
-        "## What changed from v1",
-        "",
-        *v1_comparison(grid, v1_entries), "",
-        made_by(f"`results/{MANIFEST_NAME}` and {', '.join(f'`results/{p}`' for p in V1_MANIFESTS)}"), "",
-        "## Learning-rate tuning",
-        "",
-        f"Seed {tuning.TUNING_SEED}'s best validation AUC at each rate; the chosen rate in bold.",
-        "",
-        *tuning_table(grid), "",
-        made_by(f"`results/{MANIFEST_NAME}`"), "",
-        "## Cost: parameters, training speed, Pareto view",
-        "",
-        "Backbone parameters are those of the sequence mixer stack at d_model 64; totals add the item embedding "
-        "table and the output layers, so they differ by dataset.",
-        "",
-        *cost_tables(grid, solo), "",
-        gpu_sharing_note(grid.entries), "",
-        "Pareto plots (test AUC, error bar = std over seeds, against solo training tokens/s, log scale; the front "
-        "and the pop floor drawn): " + (", ".join(f"[{d}]({d}/pareto.png)" for d in pareto_missing) or "none yet") + ".",
-        "",
-        (f"results/{SOLO_NAME} is absent: the plots hold no points and say so." if solo is None else
-         "Backbones without a solo figure (left out of their plot, which names them): "
-         + ("; ".join(f"{d}: {', '.join(m)}" for d, m in pareto_missing.items() if m) or "none") + "."),
-        "",
-        made_by(f"`results/{MANIFEST_NAME}` and `results/{SOLO_NAME}`"),
-        "",
-        "## Reproducing",
-        "",
-        "The training commands, as recorded in the runs: " + ("; ".join(f"`{c}`" for c in commands) or "none") + ". "
-        "Join the manifests and case-ranks files the GPU calls return into the committed ones "
-        f"(`prism-rec headline merge results/{MANIFEST_NAME} results/{MANIFEST_NAME} DIR/{MANIFEST_NAME}`, "
-        f"the same for `{CASE_RANKS_NAME}` with the call's `headline_v2_case_ranks.new.jsonl`, which holds only its new "
-        f"runs), then `{COMMAND}` writes this file and results/<dataset>/auc.md, .csv, "
-        ".png and pareto.png.",
-        "",
-    ]
-    return "\n".join(parts)
+    same_seed = same_seed_check([e for c in grid.cells.values() for e in c.runs], "prism-L0", "gated_deltanet",
+                                "PRISM at L = 0 is Gated DeltaNet; they match only where both trained at the same rate")
+    values = {
+        "date": datetime.date.today().isoformat(), "command": COMMAND, "sources": SOURCES,
+        "table_runs": sum(len(c.runs) for c in grid.cells.values()),
+        "expected": sum(c.expected for c in grid.cells.values()), "manifest_lines": len(grid.entries),
+        "other_protocols": (f"; {grid.other_protocols} line(s) of other protocols left out"
+                            if grid.other_protocols else ""),
+        "datasets": ", ".join(DATASETS),
+        "settings": ", ".join(f"{k} {v}" for k, v in SETTINGS.items() if k not in ("epochs", "patience")),
+        "caps": "; ".join(f"{e}, {p}" for e, p in caps) or "no runs", "tuning_seed": tuning.TUNING_SEED,
+        "lr_grid": ", ".join(f"{r:g}" for r in tuning.LR_GRID), "seeds": ", ".join(map(str, SEEDS)),
+        "rates": ", ".join(f"{r:g}" for r in rates) or "none",
+        "summary_table": summary_table(grid), "paper_table": paper_table(), "paired_note": PAIRED_NOTE,
+        "per_dataset": "".join(dataset_section(grid, dataset, pareto_missing) + "\n\n" for dataset in grid.datasets),
+        "checks": "\n".join([*near_floor(grid), "", *plateaus(grid), "", *cap_check(grid), "",
+                             case_rank_check(grid), "", same_seed]),
+        "authors_table": authors_table(grid), "ablation_dataset": ABLATION_DATASET,
+        "ablation": "\n".join(ablation(grid)), "v1_comparison": "\n".join(v1_comparison(grid, v1_entries)),
+        "tuning_table": "\n".join(tuning_table(grid)), "cost_tables": "\n".join(cost_tables(grid, solo)),
+        "gpu_sharing": gpu_sharing_note(grid.entries),
+        "pareto_links": ", ".join(f"[{d}]({d}/pareto.png)" for d in pareto_missing) or "none yet",
+        "solo_note": (f"results/{SOLO_NAME} is absent: the plots hold no points and say so." if solo is None else
+                      "Backbones without a solo figure (left out of their plot, which names them): "
+                      + ("; ".join(f"{d}: {', '.join(m)}" for d, m in pareto_missing.items() if m) or "none") + "."),
+        "made_by_sources": made_by(SOURCES), "made_by_manifest": made_by(f"`results/{MANIFEST_NAME}`"),
+        "made_by_v1": made_by(f"`results/{MANIFEST_NAME}` and {', '.join(f'`results/{p}`' for p in V1_MANIFESTS)}"),
+        "made_by_solo": made_by(f"`results/{MANIFEST_NAME}` and `results/{SOLO_NAME}`"),
+        "commands": "; ".join(f"`{c}`" for c in commands) or "none",
+        "manifest_name": MANIFEST_NAME, "case_ranks_name": CASE_RANKS_NAME,
+    }
+    return string.Template(README_TEMPLATE.read_text()).substitute(values)
+
+
+def dataset_section(grid: Grid, dataset: str, pareto_missing: dict[str, list[str]]) -> str:
+    """The README's section of one dataset: its table and paired differences, or that it has no runs yet."""
+    heading = f"### {dataset}" + (" (short sequences)" if dataset in SHORT_SEQUENCE else "")
+    if dataset not in pareto_missing:  # no table run at all
+        return f"{heading}\n\nNo table runs yet: all {len(grid.models)} rows missing."
+    return "\n".join([heading, "", dataset_table(grid, dataset), "", paired_table(grid, dataset), "",
+                      f"{made_by(SOURCES)} Also: [results/{dataset}/auc.md]({dataset}/auc.md) (with Hit@10, NDCG@10), "
+                      f"[pareto.png]({dataset}/pareto.png)."])
 
 
 def write_results(manifest: list[dict], results_dir: Path | None = None, case_ranks: list[dict] | None = None,
                   n_resamples: int = N_RESAMPLES) -> list[Path]:
     """results/README.md and, for every dataset with table runs, results/<dataset>/auc.md, .csv, .png and
     pareto.png, from the v2 lines of ``manifest`` and the case-ranks lines (``case_ranks``; by default
-    read from results_dir/headline_v2_case_ranks.jsonl; results_dir defaults to results/). The v1 means come from results_dir/v1/, the solo
-    speeds from results_dir/solo_throughput.csv. Returns the paths written."""
+    read from results_dir/headline_v2_case_ranks.jsonl; results_dir defaults to results/). The v1 means come
+    from results_dir/v1/, the solo speeds from results_dir/solo_throughput.csv. Returns the paths written."""
     results_dir = Path(RESULTS_DIR if results_dir is None else results_dir)
     if case_ranks is None:
         case_ranks = read_jsonl(results_dir / CASE_RANKS_NAME)

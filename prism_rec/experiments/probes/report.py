@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...files import write_atomically
+from ...tracking.markdown import pipe_table
 from .grid import (PAPER_COLUMNS, SEEDS, SWEEP_LENGTHS, SWEEP_MODELS, SWEEP_PROFILE, SWEEP_TASK, TABLE_MODELS,
                    ProbeRun, grid_runs)
 from .manifest import PROTOCOL, entry_identity, load_manifest
@@ -97,18 +98,17 @@ class Found:
         walls = [e["wall_seconds"] for e in self.entries.values() if "wall_seconds" in e]
         wall = f" Median wall time of a run: {statistics.median(walls):.0f} s ({len(walls)} runs)." if walls else ""
         modes = collections.Counter(e.get("compile", "off") for e in self.entries.values())
-        compiled = (" Training step compile mode (prism_rec/training/compile.py; float rounding apart, the same training): "
-                    + ", ".join(f"{mode} ({count} runs)" for mode, count in sorted(modes.items())) + ".") if modes else ""
+        compiled = (" Training step compile mode (prism_rec/training/compile.py; float rounding apart, "
+                    "the same training): "
+                    + ", ".join(f"{mode} ({count} runs)" for mode,
+                                count in sorted(modes.items())) + ".") if modes else ""
         return (f"Machine: {'; '.join(machines) or 'none (no finished run)'}. Commit: {', '.join(commits) or 'none'}."
                 f"{wall}{compiled} Written {datetime.date.today().isoformat()}.")
 
 
-def _row(cells) -> str:
-    return "| " + " | ".join(str(cell) for cell in cells) + " |"
-
-
 def _table(header: list[str], rows: list[list]) -> list[str]:
-    return [_row(header), _row(["---"] + ["---:"] * (len(header) - 1)), *(_row(row) for row in rows)]
+    return [pipe_table([str(title) for title in header], [[str(cell) for cell in row] for row in rows],
+                       align="l" + "r" * (len(header) - 1))]
 
 
 def _settings_line(settings_by_task: dict[str, ProbeSettings]) -> str:
@@ -158,7 +158,8 @@ def claims_table(found: Found, profile: str, settings_by_task: dict[str, ProbeSe
         orders = "; ".join(f"{PAPER_NAMES[h]} > {PAPER_NAMES[l]}" for h, l in PAPER_ORDERS.get(task, ()))
         ours, verdict = claim_verdict(task, cells, settings)
         rows.append([task, paper + (f"; {orders}" if orders else ""), " / ".join(str(c) for c in cells), ours, verdict])
-    header = ["task", "paper (Transformer / linear attn / PRISM)", f"here ({' / '.join(PAPER_COLUMNS)})", "here, levels",
+    header = ["task", "paper (Transformer / linear attn / PRISM)", f"here ({' / '.join(PAPER_COLUMNS)})",
+              "here, levels",
               "claim"]
     return _table(header, rows)
 
@@ -192,10 +193,10 @@ def write_grid_report(out_dir: Path, command: str, unfinished: list[str]) -> Pat
         f"Generated from `{Path(out_dir).name}/probes_manifest.jsonl` by `prism_rec/probes/report.py`; "
         f"{len(found.entries)} of the {len(runs)} planned runs have finished.",
         "",
-        "**Initialisation.** The reference initialisation of the headline issue has landed (`prism_rec/models/init.py`, "
-        "issue 17, commit fd947ba): every probed backbone starts from its reference implementation's "
-        "initialisation; the probe's token embedding and bias-free head keep PyTorch's defaults, as the "
-        f"authors' script. Only runs of this protocol ({PROTOCOL}) count; the manifest's {found.older} earlier "
+        "**Initialisation.** The reference initialisation of the headline issue has landed "
+        "(`prism_rec/models/init.py`, issue 17, commit fd947ba): every probed backbone starts from its reference "
+        "implementation's initialisation; the probe's token embedding and bias-free head keep PyTorch's defaults, "
+        f"as the authors' script. Only runs of this protocol ({PROTOCOL}) count; the manifest's {found.older} earlier "
         "runs (one seed, PyTorch-default initialisation; their table is results/probes.md at commit 15e39b4) "
         "are left out.",
         "",
