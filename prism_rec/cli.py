@@ -101,9 +101,10 @@ def command_ui(args) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from .training.checkpoint import CHECKPOINT_DIR
     from .data import commands as data_commands
-    from .experiments import scaling, split_study, throughput
+    from .experiments import scaling, split_study
     from .experiments.headline import driver as headline
     from .experiments.probes import cli as probe_commands
+    from .experiments.throughput import command as throughput_command
     from .tracking.tables import LOCAL_RESULTS_DIR
 
     parser = argparse.ArgumentParser(prog="prism-rec", description=__doc__)
@@ -160,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     tables.add_argument("--results-dir", default=LOCAL_RESULTS_DIR)
     tables.set_defaults(func=command_tables)
 
-    import_runs = commands.add_parser("import-runs", help="log JSON run records (e.g. from a GPU machine) into the store")
+    import_runs = commands.add_parser("import-runs",
+                                      help="log JSON run records (e.g. from a GPU machine) into the store")
     import_runs.add_argument("source", help="folder of *.records.jsonl run records, or one such file")
     import_runs.set_defaults(func=command_import_runs)
 
@@ -171,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     data_commands.add_parser(commands)
     probe_commands.add_parser(commands)
-    throughput.add_parser(commands)
+    throughput_command.add_parser(commands)
     headline.add_parser(commands)
     split_study.add_parser(commands)
     scaling.add_parser(commands)
@@ -196,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"prism-rec {args.command}: {error}") from None
     except (ValueError, KeyError, FileNotFoundError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        raise SystemExit(f"prism-rec {args.command}: {message}")
+        raise SystemExit(f"prism-rec {args.command}: {message}") from None
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from prism_rec.cli import main
-from prism_rec.experiments import throughput
+from prism_rec.experiments.throughput import command, measure, shapes
 
 TINY = ["--config", "tiny", "--device", "cpu"]
 
@@ -37,12 +37,12 @@ def test_tiny_run_writes_report_plot_and_mlflow_runs(tmp_path, monkeypatch):
     assert runs["tags.torch_version"].notna().all()
 
 
-def tiny_configuration(**changes) -> throughput.Configuration:
-    return throughput.Configuration(**{**throughput.CONFIGURATIONS["tiny"].__dict__, **changes})
+def tiny_configuration(**changes) -> shapes.Configuration:
+    return shapes.Configuration(**{**shapes.CONFIGURATIONS["tiny"].__dict__, **changes})
 
 
 def test_over_time_case_gives_a_bound_and_skips_longer_lengths(tmp_path):
-    results = throughput.run(["sasrec"], tiny_configuration(warmup=2, case_budget_s=1e-9), torch.device("cpu"), tmp_path,
+    results = command.run(["sasrec"], tiny_configuration(warmup=2, case_budget_s=1e-9), torch.device("cpu"), tmp_path,
                              "off", None, "test")
     first, longer = results[0].cases
     assert first.status == "over time" and first.step_s > 0 and first.steps == 0 and first.tokens_per_s > 0
@@ -51,22 +51,22 @@ def test_over_time_case_gives_a_bound_and_skips_longer_lengths(tmp_path):
 
 
 def test_out_of_memory_is_marked_and_the_run_continues(tmp_path, monkeypatch):
-    measure = throughput.measure_steps
+    measure_steps = measure.measure_steps
 
     def short_of_memory_at_32(model, optimizer, case, *args):
         if case.length == 32:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return measure(model, optimizer, case, *args)
+        return measure_steps(model, optimizer, case, *args)
 
-    monkeypatch.setattr(throughput, "measure_steps", short_of_memory_at_32)
-    results = throughput.run(["sasrec"], tiny_configuration(steps=1), torch.device("cpu"), tmp_path, "off", None,
+    monkeypatch.setattr(measure, "measure_steps", short_of_memory_at_32)
+    results = command.run(["sasrec"], tiny_configuration(steps=1), torch.device("cpu"), tmp_path, "off", None,
                              "test")
     assert [case.status for entry in results for case in entry.cases] == ["out of memory", "ok", "ok"]
     assert "| out of memory |" in (tmp_path / "throughput-tiny.md").read_text()
 
 
 def test_spent_total_budget_marks_cases_not_run(tmp_path):
-    results = throughput.run(["sasrec"], tiny_configuration(), torch.device("cpu"), tmp_path, "off", 1e-9, "test")
+    results = command.run(["sasrec"], tiny_configuration(), torch.device("cpu"), tmp_path, "off", 1e-9, "test")
     assert {case.status for entry in results for case in entry.cases} == {"not run"}
 
 
