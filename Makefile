@@ -40,7 +40,7 @@ BENCH_ARGS = --dataset $(DATASET) --models $(MODELS) --seeds $(SEEDS) --epochs $
 	$(if $(filter 1,$(RESUME)),--resume) $(ARGS)
 BENCH_LAUNCHER = $(if $(NPROC),$(BIN)/torchrun $(TORCHRUN_ARGS) --nproc-per-node=$(NPROC) -m prism_rec.cli,$(BIN)/prism-rec)
 
-.PHONY: install bench test test-ui tables import-runs ui data list probe throughput
+.PHONY: install bench lint test test-ui tables import-runs ui data list probe throughput
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ install: $(STAMP)
 
 bench: install
 	$(BENCH_LAUNCHER) bench $(BENCH_ARGS)
+
+# pyflakes, pycodestyle errors, bugbear and a complexity limit ([tool.ruff] in pyproject.toml).
+lint: install
+	$(BIN)/ruff check .
 
 test: install
 	$(BIN)/python -m pytest -q --ignore=tests/ui

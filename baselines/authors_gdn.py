@@ -98,7 +98,9 @@ class AuthorsGDNLayer(GatedDeltaNetLayer):
         return self.o_proj(self.u_proj(x) * o) * keep
 
 
-@register_backbone("gdn-authors", description="Gated DeltaNet as the authors' recsys code trains it (fallback: causal softmax attention + RoPE)")
+@register_backbone("gdn-authors",
+                   description="Gated DeltaNet as the authors' recsys code trains it "
+                               "(fallback: causal softmax attention + RoPE)")
 class AuthorsGDN(nn.Module):
     """The authors' stack: block i > 1 gets twice block i-1's output; no skip, norm or MLP (module docstring)."""
 

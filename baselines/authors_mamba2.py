@@ -12,10 +12,13 @@ n = LayerNorm(x)):
     o_att_t    = sum_{s<=t} (q_t . k_s) v_s               causal linear attention, no decay, no feature map,
                                                           no normalisation, no RoPE (285-331, 358)
     xi         = W_x n [H]   (one scalar input per head);  dt = softplus(W_dt n) [H, N];
-    B, C       = W_B n + b_B, W_C n + b_C  [H, N];         A = -exp(A_log) [H, N], A_log ~ N(0, 1)   (179-202, 257-265, 361-366)
-    h_t        = exp(dt_t * A) * h_{t-1} + dt_t * B_t xi_t,  y_t = sum_N C_t h_t  [H]   per (head, state) decay (228-283)
+    B, C       = W_B n + b_B, W_C n + b_C  [H, N];         A = -exp(A_log) [H, N], A_log ~ N(0, 1)
+                                                          (179-202, 257-265, 361-366)
+    h_t        = exp(dt_t * A) * h_{t-1} + dt_t * B_t xi_t,  y_t = sum_N C_t h_t  [H]
+                                                          per (head, state) decay (228-283)
     c          = 0.7 o_att + 0.3 W_y y                     W_y: H -> d (205, 374-378)
-    x          = x + MLP(Dropout(u * LayerNorm(SiLU(W_g2 W_g1 n) * c)))   MLP: Linear(d, 5d)-SiLU-Linear(5d, d) (189-193, 380-393)
+    x          = x + MLP(Dropout(u * LayerNorm(SiLU(W_g2 W_g1 n) * c)))
+                                                          MLP: Linear(d, 5d)-SiLU-Linear(5d, d) (189-193, 380-393)
 
 Why a separate preset: this differs from ``mamba2`` (the SSD mixer of Dao & Gu) in substance, not in detail.
 70 % of the mixer output is an undecayed causal linear attention (an "SLA" branch, the file's own
@@ -116,7 +119,8 @@ class AuthorsMamba2Block(nn.Module):
         return (x + self.output_mlp(self.dropout(u * self.output_norm(gated)))) * keep
 
 
-@register_backbone("mamba2-authors", description="Mamba-2 as the authors' recsys code trains it (0.7 linear attention + 0.3 SISO SSM)")
+@register_backbone("mamba2-authors",
+                   description="Mamba-2 as the authors' recsys code trains it (0.7 linear attention + 0.3 SISO SSM)")
 class AuthorsMamba2(BlockStack):
     """Plain stack of the authors' "Mamba-2" blocks (see the module docstring); padded positions stay zero."""
 

@@ -24,8 +24,10 @@ bias; n_t = LayerNorm(x_t)):
         U      += delta_l;  r -= delta_l
         kappa_l = W_k(l) a * (1 + h),  w_l = W_v(l) delta_l * b_l * (1 + h) * (1 + j)   (see below)
     o_t         = sum_{s<=t} (q_t * prod_{s<r<=t} gamma_r) . k_s  v_s                  (337-406, chunk = T)
-    y           = MLP_o(Dropout(u * LayerNorm(SiLU(W_g n) * o)))   MLP_o: Linear(d, 4d)-SiLU-Linear(4d, d) (196-200, 453-457)
-    x           = x + Dropout(y) + Dropout(Linear(LayerNorm(U)) * sigmoid(rho) * (1 + j))   rho = -2 at init (251-259, 461-466)
+    y           = MLP_o(Dropout(u * LayerNorm(SiLU(W_g n) * o)))
+                                                            MLP_o: Linear(d, 4d)-SiLU-Linear(4d, d) (196-200, 453-457)
+    x           = x + Dropout(y) + Dropout(Linear(LayerNorm(U)) * sigmoid(rho) * (1 + j))
+                                                            rho = -2 at init (251-259, 461-466)
 
 Blocks are stacked without any other norm, residual or feed-forward (132-134); the model reads the last
 position (136).
@@ -124,7 +126,8 @@ def channel_decay_attention(q, k, v, log_decay, extra_k=None, extra_v=None, chun
 
     q, k, vv, b = chunks(q), chunks(k), chunks(vv), chunks(log_decay).cumsum(dim=3)  # b: inclusive cumulative log-decay
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-    exponent = (b.unsqueeze(4) - b.unsqueeze(3)).masked_fill(~causal[:, :, None], float("-inf"))  # [B, H, n, C(t), C(s), K]
+    # [B, H, n, C(t), C(s), K]
+    exponent = (b.unsqueeze(4) - b.unsqueeze(3)).masked_fill(~causal[:, :, None], float("-inf"))
     scores = torch.einsum("bhntk,bhnsrk,bhntsk->bhntsr", q, k, exponent.exp())
     out = torch.einsum("bhntsr,bhnsrv->bhntv", scores, vv)
     q_from_start = q * b.exp()  # decay from the chunk's start to t
@@ -134,7 +137,8 @@ def channel_decay_attention(q, k, v, log_decay, extra_k=None, extra_v=None, chun
     carried = []
     for j in range(n):
         carried.append(q_from_start[:, :, j] @ state)
-        state = chunk_decay[:, :, j].unsqueeze(-1) * state + torch.einsum("bhcrk,bhcrv->bhkv", k_to_end[:, :, j], vv[:, :, j])
+        state = (chunk_decay[:, :, j].unsqueeze(-1) * state
+                 + torch.einsum("bhcrk,bhcrv->bhkv", k_to_end[:, :, j], vv[:, :, j]))
     out = out + torch.stack(carried, dim=2)
     return out.permute(0, 2, 3, 1, 4).reshape(B, n * C, H, V)[:, :T].to(v.dtype)
 
@@ -197,7 +201,8 @@ class AuthorsPrismBlock(nn.Module):
         return (F.logsigmoid(self.forget_gate(n).float()) / self.gate_temperature).clamp(min=math.log(self.gate_min))
 
     def refine(self, anchor, gain, scale, head_scale, inject):
-        """The L solver steps: returns U (sum of deltas) [B, T, d] and the per-step (kappa, w) [B, T, H, L, D] or None."""
+        """The L solver steps: returns U (sum of deltas) [B, T, d] and the per-step (kappa, w) [B, T, H, L, D]
+        or None."""
         residual = self.residual_norm(self.residual_proj(anchor))
         update = torch.zeros_like(residual)
         kappas, writes = [], []
@@ -208,7 +213,8 @@ class AuthorsPrismBlock(nn.Module):
             residual = residual - delta
             if self.injection == "state":
                 kappas.append(self.heads(self.step_k[l](anchor)) * (1 + head_scale).unsqueeze(-1))
-                writes.append(self.heads(self.step_v[l](delta)) * (head_gate * (1 + head_scale) * (1 + inject)).unsqueeze(-1))
+                gate = (head_gate * (1 + head_scale) * (1 + inject)).unsqueeze(-1)
+                writes.append(self.heads(self.step_v[l](delta)) * gate)
         if not kappas:
             return update, None, None
         return update, torch.stack(kappas, dim=3), torch.stack(writes, dim=3)
@@ -229,7 +235,8 @@ class AuthorsPrismBlock(nn.Module):
         update, kappa, w = self.refine(anchor, gain, scale, head_scale, inject)
         real = keep.unsqueeze(-1)  # [B, T, 1, 1]
         if w is not None:
-            w = w * (torch.sigmoid(self.injection_logit) * (1 + inject)).view(*inject.shape[:2], 1, 1, 1) * real.unsqueeze(-1)
+            injection = (torch.sigmoid(self.injection_logit) * (1 + inject)).view(*inject.shape[:2], 1, 1, 1)
+            w = w * injection * real.unsqueeze(-1)
         o = channel_decay_attention(q, k * real, self.heads(v) * real, self.heads(log_gamma) * real.float(),
                                     extra_k=kappa, extra_v=w, chunk_size=self.chunk_size)
         attended = (F.silu(self.heads(self.output_gate(n))) * o).flatten(2)
@@ -250,7 +257,8 @@ class BlockStack(nn.Module):
         return x
 
 
-@register_backbone("prism-authors", description="PRISM as the authors' recsys code trains it (HSTU/SLA template, rank-L write inert)")
+@register_backbone("prism-authors",
+                   description="PRISM as the authors' recsys code trains it (HSTU/SLA template, rank-L write inert)")
 class AuthorsPrism(BlockStack):
     """Plain stack of the authors' PRISM blocks (see the module docstring); padded positions stay zero."""
 

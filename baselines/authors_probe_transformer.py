@@ -14,7 +14,7 @@ Source read: github.com/gpr-prism/prism at commit 435f392227b261707deb89c72dae68
   dropout, no initialisation of its own (PyTorch defaults).
 
 This module is the block stack (lines 624-627, 633-635); the token embedding, the final LayerNorm and the
-head are the probe model's (``prism_rec/probes/model.py``), as for every probed backbone.
+head are the probe model's (``prism_rec/experiments/probes/model.py``), as for every probed backbone.
 
 Where it differs from our ``transformer++`` (baselines/transformer_pp.py), every place:
 - a causal depthwise convolution (kernel 3, bias) and a SiLU before the q, k, v projections of every

@@ -25,9 +25,9 @@ Up to ``dense_max_length`` (256: every recommendation length) A is materialised 
 sequences take the blockwise path: query blocks of ``block_size`` rows, each against the keys up to its
 last row and recomputed in the backward (activation checkpointing), so memory is O(T * block_size); a
 block's bias is a Toeplitz matrix of overlapping windows of one vector of per-distance weights (as the
-reference builds its position bias in generative_recommenders/research/modeling/sequential/hstu.py). The reference's fused kernel tiles the
-same way on the GPU (generative_recommenders/ops/triton/triton_hstu_attention.py); this path is plain
-PyTorch.
+reference builds its position bias in generative_recommenders/research/modeling/sequential/hstu.py). The
+reference's fused kernel tiles the same way on the GPU
+(generative_recommenders/ops/triton/triton_hstu_attention.py); this path is plain PyTorch.
 
 Initialisation (``init_policy = "hstu"``, ``prism_rec.models.init``), as generative-recommenders
 (generative_recommenders/research/modeling/sequential/hstu.py, embedding_modules.py): each layer draws its

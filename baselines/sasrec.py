@@ -43,7 +43,8 @@ class SASRecBlock(nn.Module):
         self.out = nn.Linear(d_model, d_model)
         self.ffn_norm = nn.LayerNorm(d_model, eps=1e-8)
         self.ffn = nn.Sequential(
-            nn.Linear(d_model, d_model), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_model, d_model), nn.Dropout(dropout)
+            nn.Linear(d_model,
+                      d_model), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_model, d_model), nn.Dropout(dropout)
         )
         self.dropout = dropout
 

@@ -134,7 +134,8 @@ class NeuralMemoryLayer(nn.Module):
         B, T, _ = x.shape
         keep = mask[..., None].to(x.dtype)
         q, k, v = (conv(proj(x) * keep).view(B, T, self.n_heads, self.head_dim)
-                   for proj, conv in ((self.q_proj, self.q_conv), (self.k_proj, self.k_conv), (self.v_proj, self.v_conv)))
+                   for proj, conv in ((self.q_proj, self.q_conv), (self.k_proj, self.k_conv),
+                                      (self.v_proj, self.v_conv)))
         alpha_logit, eta_logit, theta_logit = self.gate_proj(x).chunk(3, dim=-1)  # [B, T, H] each
         log_keep = F.logsigmoid(-alpha_logit) * keep
         log_momentum = F.logsigmoid(eta_logit) * keep
@@ -185,7 +186,9 @@ class SlidingWindowAttention(nn.Module):
         return self.o_proj(attended.transpose(1, 2).reshape(B, T, d))
 
 
-@register_backbone("titans", description="Titans (MAL): neural long-term memory with momentum and forgetting, then sliding-window attention (Behrouz et al. 2025)")
+@register_backbone("titans",
+                   description="Titans (MAL): neural long-term memory with momentum and forgetting, then "
+                               "sliding-window attention (Behrouz et al. 2025)")
 class Titans(nn.Module):
     """n_layers x (neural-memory block, sliding-window attention block), pre-norm with SwiGLU MLPs."""
 

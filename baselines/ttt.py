@@ -226,14 +226,18 @@ class TTTLayer(nn.Module):
         else:
             inner_out = ttt_mlp_dual(q, k, v, eta, self.weight1, self.bias1, self.weight2, self.bias2,
                                      self.ln_weight, self.ln_bias, self.eps)
-        z = q + F.layer_norm(inner_out, (Dh,), eps=self.eps) * self.ln_weight[:, None, None] + self.ln_bias[:, None, None]
+        z = q + F.layer_norm(inner_out, (Dh,),
+                             eps=self.eps) * self.ln_weight[:, None, None] + self.ln_bias[:, None, None]
         z = z.permute(0, 2, 3, 1, 4).reshape(B, N * C, d)[:, :T]  # [B, T, d]
         return self.o_proj(self.post_norm(z) * F.gelu(self.gate_proj(x), approximate="tanh"))
 
 
-@register_backbone("ttt-linear", description="TTT-Linear: linear inner model trained at test time, mini-batch 16 (Sun et al. 2024)",
+@register_backbone("ttt-linear",
+                   description="TTT-Linear: linear inner model trained at test time, mini-batch 16 (Sun et al. 2024)",
                    inner="linear", base_lr=1.0)
-@register_backbone("ttt-mlp", description="TTT-MLP: two-layer GELU inner model trained at test time, mini-batch 16 (Sun et al. 2024)",
+@register_backbone("ttt-mlp",
+                   description="TTT-MLP: two-layer GELU inner model trained at test time, mini-batch 16 "
+                               "(Sun et al. 2024)",
                    inner="mlp", base_lr=0.1)
 class TTT(nn.Module):
     """Pre-norm residual stack of TTT layers with SwiGLU MLPs (see the module docstring)."""

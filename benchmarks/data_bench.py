@@ -92,8 +92,10 @@ def main() -> None:
 def write_results(result: dict, command: str) -> None:
     from prism_rec.data.stats import RESULTS_FILE, replace_section
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    cpu = platform.processor()
+    if Path("/proc/cpuinfo").exists():
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), cpu)
     body = "\n".join([
         "## Read + prepare speed (synthetic Books-sized file)",
         "",

@@ -69,7 +69,8 @@ def main() -> None:
     parser.add_argument("--chunk-sizes", default="16,32")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    lines = ["| head dim | chunk | extra writes | warps | forward regs / stack / spill B | backward regs / stack / spill B |",
+    lines = ["| head dim | chunk | extra writes | warps | forward regs / stack / spill B | backward regs "
+             "/ stack / spill B |",
              "|---:|---:|---|---:|---|---|"]
     for head_dim in map(int, args.head_dims.split(",")):
         warps = _num_warps(head_dim, head_dim)
@@ -79,8 +80,10 @@ def main() -> None:
                 forward = resource_usage(compile_ptx(_forward_kernel, {**shared, "HAS_INITIAL": False,
                                                                        "STORE_CHUNK_STATES": True}, warps))
                 backward = resource_usage(compile_ptx(_backward_kernel, {**shared, "HAS_DFINAL": False}, warps))
-                cells = [" / ".join(str(usage[k]) for k in ("registers", "stack", "spill_stores")) for usage in (forward, backward)]
-                lines.append(f"| {head_dim} | {chunk} | {'L > 0' if extra else 'L = 0'} | {warps} | {cells[0]} | {cells[1]} |")
+                cells = [" / ".join(str(usage[k]) for k in ("registers", "stack", "spill_stores"))
+                         for usage in (forward, backward)]
+                lines.append(f"| {head_dim} | {chunk} | {'L > 0' if extra else 'L = 0'} | {warps} | "
+                             f"{cells[0]} | {cells[1]} |")
                 print(lines[-1], flush=True)
     text = (f"Triton {triton.__version__}, ptxas of its wheel, sm_90a, bf16 inputs with beta; command "
             f"`python benchmarks/kernel_resources.py --head-dims {args.head_dims} --chunk-sizes {args.chunk_sizes}`\n\n"

@@ -36,7 +36,8 @@ SHAPES = [(256, 200, 4, 32), (256, 200, 2, 64), (64, 1024, 4, 64), (16, 4096, 8,
 ISSUE20_SHAPES = [(256, 50, 2, 32), (256, 200, 2, 32), (256, 200, 4, 32), (64, 1024, 4, 64), (8, 8192, 8, 128)]
 SMALL_CHECK_SHAPES = [(2, 70, 3, 32), (1, 150, 2, 64)]  # lengths off every chunk multiple
 VARIANTS = {"L=0": (True, 0), "L=1": (True, 1), "L=3": (True, 3), "SSD": (False, 0)}  # name: (with beta, L)
-BACKEND_ENTRIES = {"triton": ("triton_chunk", "triton_delta_scan"), "chunk_parallel": ("chunk_parallel", "chunk_parallel_delta_scan")}
+BACKEND_ENTRIES = {"triton": ("triton_chunk", "triton_delta_scan"),
+                   "chunk_parallel": ("chunk_parallel", "chunk_parallel_delta_scan")}
 GRAD_NAMES = ("q", "k", "v", "g", "beta", "extra_k", "extra_v", "initial_state")
 BF16_TARGET = 1e-2  # the issue's bound on bf16 relative errors
 
@@ -104,7 +105,8 @@ def forward_backward(call, inputs, d_o):
 
 def worst_relative_error(result, reference):
     """max over tensors of ||x - x_ref|| / ||x_ref|| (norm-wise); returns (error, tensor name)."""
-    errors = {n: ((result[n].float() - reference[n].float()).norm() / reference[n].float().norm()).item() for n in reference}
+    errors = {n: ((result[n].float() - reference[n].float()).norm() / reference[n].float().norm()).item()
+              for n in reference}
     name = max(errors, key=lambda n: errors[n] if errors[n] == errors[n] else float("inf"))
     return errors[name], name
 
@@ -119,8 +121,11 @@ def check_errors(scan, shape, variant, backends, dtypes, reference_backend, with
     for backend in backends:
         errors[backend] = {}
         for dtype in dtypes:
-            inputs = {n: None if x is None else (x.to(dtype) if n in ("q", "k", "v", "extra_k", "extra_v") else x) for n, x in inputs32.items()}
-            errors[backend][dtype] = guarded(lambda: worst_relative_error(forward_backward(scan_call(scan, backend), inputs, d_o), reference))
+            inputs = {n: None if x is None else (x.to(dtype) if n in ("q", "k", "v", "extra_k", "extra_v") else x)
+                      for n, x in inputs32.items()}
+            errors[backend][dtype] = guarded(lambda backend=backend, inputs=inputs,
+                                             reference=reference: worst_relative_error(
+                forward_backward(scan_call(scan, backend), inputs, d_o), reference))
     del reference
     torch.cuda.empty_cache()
     return errors
@@ -239,11 +244,15 @@ def main():
     parser.add_argument("--workers", type=int, default=12)
     parser.add_argument("--fla", action="store_true", help="also time fla-core (needs it importable)")
     parser.add_argument("--fla-bypass", action="store_true", help="time fla's backward with its Hopper guard lifted")
-    parser.add_argument("--backends", default="triton", help="comma list of delta_scan backends to check and time: triton, chunk_parallel")
+    parser.add_argument("--backends", default="triton",
+                        help="comma list of delta_scan backends to check and time: triton, chunk_parallel")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma list of L=0, L=1, L=3, SSD")
-    parser.add_argument("--chunk-sizes", default="", help="comma list: also time these chunk sizes (every backend and selected shape, L=0 and L=3)")
-    parser.add_argument("--shapes", default="", help="indices into the shape list, issue20, or BxTxHxD items, comma separated")
-    parser.add_argument("--time-budget", type=float, default=None, help="seconds: cells not started by then are marked skipped")
+    parser.add_argument("--chunk-sizes", default="",
+                        help="comma list: also time these chunk sizes (every backend and selected shape, L=0 and L=3)")
+    parser.add_argument("--shapes", default="",
+                        help="indices into the shape list, issue20, or BxTxHxD items, comma separated")
+    parser.add_argument("--time-budget", type=float, default=None,
+                        help="seconds: cells not started by then are marked skipped")
     args = parser.parse_args()
     started = time.time()
     shapes = parse_shapes(args.shapes)
@@ -256,11 +265,14 @@ def main():
 
     parts = ("forward", "train")
     # longest first: fla's autotuning, then our longest shapes
-    tasks = [("time", "fla", s, v, None, p) for s in shapes for v in variants if v in ("L=0", "SSD") for p in parts] if args.fla else []
+    tasks = [("time", "fla", s, v, None, p)
+             for s in shapes for v in variants if v in ("L=0", "SSD") for p in parts] if args.fla else []
     tasks += [("time", b, s, v, None, p) for s in reversed(shapes) for v in variants for b in backends for p in parts]
-    tasks += [("check", backends, s, v, (torch.bfloat16, torch.float32), "initial") for s in SMALL_CHECK_SHAPES for v in variants]
+    tasks += [("check", backends, s, v, (torch.bfloat16, torch.float32), "initial")
+              for s in SMALL_CHECK_SHAPES for v in variants]
     tasks += [("check", backends, s, v, check_dtypes(s), "") for s in shapes for v in variants]
-    tasks += [("time", b, s, v, c, p) for s in shapes for v in sweep_variants for b in backends for c in chunk_sizes for p in parts]
+    tasks += [("time", b, s, v, c, p)
+              for s in shapes for v in sweep_variants for b in backends for c in chunk_sizes for p in parts]
     warm_seconds = 0.6 * args.time_budget if args.time_budget else 3600.0
     warm_errors = warm_up(tasks, args.workers, args.fla_bypass, warm_seconds)
     print(f"compiled {len(tasks)} cases in {time.time() - started:.0f} s; errors: {len(warm_errors)}", flush=True)
@@ -271,7 +283,8 @@ def main():
     report = Report(Path(args.out), args, backends, started)
     for shape in SMALL_CHECK_SHAPES:
         for variant in variants:
-            report.checks.append((shape, variant, check_errors(scan, shape, variant, backends, (torch.bfloat16, torch.float32),
+            report.checks.append((shape, variant,
+                                  check_errors(scan, shape, variant, backends, (torch.bfloat16, torch.float32),
                                                                "naive", with_initial_state=True)))
     report.write()
     for shape in shapes:
@@ -280,15 +293,18 @@ def main():
                 report.rows.append((shape, variant, None, {}))
                 continue
             reference_backend = "naive" if shape[1] <= 256 else "torch"
-            errors = guarded(lambda: check_errors(scan, shape, variant, backends, check_dtypes(shape), reference_backend))
-            cells = {b: {"errors": errors if isinstance(errors, str) else errors[b], "times": time_cell(scan, shape, variant, b)}
+            errors = guarded(lambda shape=shape, variant=variant, reference_backend=reference_backend: check_errors(
+                scan, shape, variant, backends, check_dtypes(shape), reference_backend))
+            cells = {b: {"errors": errors if isinstance(errors, str) else errors[b],
+                         "times": time_cell(scan, shape, variant, b)}
                      for b in backends}
             if args.fla and variant in ("L=0", "SSD"):
                 cells["fla"] = {"times": time_cell(scan, shape, variant, "fla")}
             report.rows.append((shape, variant, reference_backend, cells))
             for backend in backends:
                 for chunk_size in chunk_sizes if variant in sweep_variants else []:
-                    report.sweep.append((shape, variant, backend, chunk_size, time_cell(scan, shape, variant, backend, chunk_size)))
+                    report.sweep.append((shape, variant, backend, chunk_size,
+                                         time_cell(scan, shape, variant, backend, chunk_size)))
             report.write()
             print(report.format_row(report.rows[-1]), flush=True)
     report.write(final=True)
@@ -331,14 +347,17 @@ class Report:
             return f"| {shape} | {variant} |" + " skipped (time budget) |" * (3 * len(self.backends) + 1)
         timings = [cells[w]["times"] if w in cells else (None, None) for w in (*self.backends, "fla")]
         fla_fwd_bwd = timings[-1][1]
-        ratios = [f"{fla_fwd_bwd / t[1]:.2f}x" if isinstance(fla_fwd_bwd, float) and isinstance(t[1], float) else "-" for t in timings[:-1]]
+        ratios = [f"{fla_fwd_bwd / t[1]:.2f}x" if isinstance(fla_fwd_bwd, float) and isinstance(t[1], float) else "-"
+                  for t in timings[:-1]]
         errors = [f"{format_errors(cells[b]['errors'])} vs {reference_backend}" for b in self.backends]
-        return "| " + " | ".join([str(shape), variant, *(f"{ms(f)} / {ms(fb)}" for f, fb in timings), *ratios, *errors]) + " |"
+        return "| " + " | ".join([str(shape), variant, *(f"{ms(f)} / {ms(fb)}" for f, fb in timings), *ratios,
+                                  *errors]) + " |"
 
     def summary(self):
         """Forward+backward ms at L=0 and L=3 per backend, fla at L=0, and the issue's two ratios."""
         fwd_bwd = {(r[0], r[1], w): c["times"][1] for r in self.rows for w, c in r[3].items()}
-        lines = ["| (B, T, H, D) | " + " | ".join(f"{b} L=0 / L=3 (L=3 / L=0)" for b in self.backends) + " | fla L=0 | fla / ours L=0 |",
+        lines = ["| (B, T, H, D) | " + " | ".join(f"{b} L=0 / L=3 (L=3 / L=0)" for b in self.backends)
+                 + " | fla L=0 | fla / ours L=0 |",
                  "|---|" + "---|" * (len(self.backends) + 2)]
         for shape in dict.fromkeys(r[0] for r in self.rows):
             cells, ratios = [], []
@@ -362,31 +381,40 @@ class Report:
         lines = [
             "# delta_scan (Triton) on the GPU",
             "",
-            f"- GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; Triton {triton.__version__}; fla-core {fla_version}; Python {platform.python_version()}",
-            f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; script wall time {time.time() - self.started:.0f} s{'' if final else ' (running)'}",
+            f"- GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; Triton {triton.__version__}; "
+            f"fla-core {fla_version}; Python {platform.python_version()}",
+            f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; script wall time "
+            f"{time.time() - self.started:.0f} s{'' if final else ' (running)'}",
             f"- command: `python benchmarks/kernels_bench.py {' '.join(sys.argv[1:])}`",
-            f"- backends: {', '.join(self.backends)} (delta_scan's backend argument); bf16 q, k, v (and extra keys/values), fp32 g and",
-            "  beta; times are triton.testing.do_bench medians in ms; forward without grad, forward+backward with grads of",
-            "  every input; fla = chunk_gated_delta_rule for L=0, chunk_simple_gla for SSD (beta None, L=0); ratio = fla / ours.",
+            f"- backends: {', '.join(self.backends)} (delta_scan's backend argument); bf16 q, k, v (and extra "
+            "keys/values), fp32 g and",
+            "  beta; times are triton.testing.do_bench medians in ms; forward without grad, forward+backward with "
+            "grads of",
+            "  every input; fla = chunk_gated_delta_rule for L=0, chunk_simple_gla for SSD (beta None, L=0); "
+            "ratio = fla / ours.",
             "- error: max over o, final state and every input gradient of ||x - x_ref|| / ||x_ref||, bf16 / fp32",
             "  inputs (fp32 at T <= 256 only), against the fp32 reference named (naive per-token loop, or the torch",
             f"  chunk path with tf32 off); FAIL above {BF16_TARGET:g} (bf16) or 1e-4 (fp32).",
         ]
         if args.fla_bypass:
-            lines.append("- fla backward timed with its Hopper guard (fla issue 640, Triton < 3.7.1) lifted: timing only, results unchecked.")
+            lines.append("- fla backward timed with its Hopper guard (fla issue 640, Triton < 3.7.1) lifted: timing "
+                         "only, results unchecked.")
         lines += ["", "Small-shape check against the naive loop (initial state given; T off the chunk multiples):", "",
                   "| (B, T, H, D) | variant | " + " | ".join(f"{b} bf16 / fp32" for b in self.backends) + " |",
                   "|---|---|" + "---|" * len(self.backends)]
-        lines += [f"| {s} | {v} | " + " | ".join(format_errors(e[b]) for b in self.backends) + " |" for s, v, e in self.checks]
+        lines += [f"| {s} | {v} | " + " | ".join(format_errors(e[b]) for b in self.backends) + " |" for s, v,
+                  e in self.checks]
         if self.rows:
-            lines += ["", "| (B, T, H, D) | variant | " + " | ".join(f"{w} fwd / fwd+bwd" for w in (*self.backends, "fla"))
+            lines += ["",
+                      "| (B, T, H, D) | variant | " + " | ".join(f"{w} fwd / fwd+bwd" for w in (*self.backends, "fla"))
                       + " | " + " | ".join(f"fla / {b}" for b in self.backends)
                       + " | " + " | ".join(f"{b} max rel. error bf16 / fp32" for b in self.backends) + " |",
                       "|---|---|" + "---|" * (3 * len(self.backends) + 1)]
             lines += [self.format_row(r) for r in self.rows]
             lines += ["", "Forward+backward (ms):", ""] + self.summary()
         if self.sweep:
-            lines += ["", "Chunk-size sweep (bf16):", "", "| (B, T, H, D) | variant | backend | chunk | fwd | fwd+bwd |", "|---|---|---|---|---|---|"]
+            lines += ["", "Chunk-size sweep (bf16):", "",
+                      "| (B, T, H, D) | variant | backend | chunk | fwd | fwd+bwd |", "|---|---|---|---|---|---|"]
             lines += [f"| {s} | {v} | {b} | {c} | {ms(f)} | {ms(fb)} |" for s, v, b, c, (f, fb) in self.sweep]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text("\n".join(lines) + "\n")

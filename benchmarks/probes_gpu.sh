@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call of the probes v2 grid (issue 24; prism_rec/probes/grid.py): both profiles, 3 seeds, every
+# One device call of the probes v2 grid (issue 24; prism_rec/experiments/probes/grid.py): both profiles, 3 seeds, every
 # task, eight models and the local XOR length sweep, in the grid's priority order, continuing earlier calls.
 # Device tool, kind nvidia-h200 (or nvidia-h200-x2); carry .probes_runs (the state of the last call, if
 # any) and .triton_cache; nothing else is needed (no dataset, no wheel):
@@ -16,7 +16,7 @@
 # then pause at their next step and are checkpointed, up to CHECKPOINT_MIB (default 15) in all so that the
 # file comes back (a paused run that does not fit starts over next time). COMPILE (default graphs) is the
 # training step's compile mode (prism-rec probe --compile: off, graphs, cudagraphs, inductor, auto); it is
-# recorded in each manifest line and is not part of a run's identity (prism_rec/probes/train.py). Unless it
+# recorded in each manifest line and is not part of a run's identity (prism_rec/experiments/probes/train.py). Unless it
 # is off, the compiled training of every grid model is first checked against eager on the first GPU
 # (--check-compile: one step's loss and gradients, and a 40-step loss curve; fp32, TF32 off; about a minute
 # with graphs; timeout CHECK_SECONDS, default 150 s with graphs and 300 s with TorchInductor's slower

@@ -104,10 +104,12 @@ def main() -> None:
         "",
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; command "
         f"`python benchmarks/step_profile.py --dataset {args.dataset} --models {args.models} --device {args.device} "
-        f"--warmup {args.warmup} --steps {args.steps} --compile {args.compile}` (step mode {compile_mode}). Headline settings (d_model 64, 2 layers, batch 256, bf16 "
+        f"--warmup {args.warmup} --steps {args.steps} --compile {args.compile}` (step mode {compile_mode}). "
+        "Headline settings (d_model 64, 2 layers, batch 256, bf16 "
         f"autocast on CUDA); one step = forward, backward, AdamW. Device time = {unit} time per step.",
         "",
-        f"| backbone | wall ms/step | device ms/step | {'kernel launches' if device.type == 'cuda' else 'operator calls'}"
+        f"| backbone | wall ms/step | device ms/step | "
+        f"{'kernel launches' if device.type == 'cuda' else 'operator calls'}"
         f"/step | tokens in the first batch | top operators (device ms/step) |",
         "|---|---:|---:|---:|---:|---|",
         *(f"| {r['backbone']} | {r['wall_ms']:.1f} | {r['device_ms']:.1f} | {r['launches']:.0f} | {r['tokens']:,} | "

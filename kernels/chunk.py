@@ -98,7 +98,8 @@ def chunk_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state, c
         A = b[..., None] * _decay_matrix(G, G, strict) * (k_c @ k_c.transpose(-1, -2))
         rhs = b[..., None] * v_c
         if has_extra:
-            Bx = b[..., None] * _decay_matrix(G, G_extra, tokens[:, None] > row_token[None, :]) * (k_c @ ek_c.transpose(-1, -2))
+            Bx = (b[..., None] * _decay_matrix(G, G_extra, tokens[:, None] > row_token[None, :])
+                  * (k_c @ ek_c.transpose(-1, -2)))
             rhs = rhs - Bx @ ev_c
         unit_lower = A + torch.eye(C, device=q.device)
         u_in = torch.linalg.solve_triangular(unit_lower, rhs, upper=False, unitriangular=True)
@@ -112,7 +113,8 @@ def chunk_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state, c
         if has_extra:
             o = o + intra_out[:, :, n]
         outputs.append(scale * o)
-        state = gamma[:, :, n, -1, None, None] * state + k_c[:, :, n].transpose(-1, -2) @ (to_chunk_end[:, :, n, :, None] * u)
+        state = (gamma[:, :, n, -1, None, None] * state
+                 + k_c[:, :, n].transpose(-1, -2) @ (to_chunk_end[:, :, n, :, None] * u))
         if has_extra:
             state = state + extra_state[:, :, n]
     o = torch.stack(outputs, dim=2).reshape(B, H, num_chunks * C, V)[:, :, :T].transpose(1, 2)

@@ -27,7 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_chunk import (_chunk_backward, _chunk_forward, _chunk_inverse, _chunk_tokens, _given_or_zeros, _grad_buffers,
+from .triton_chunk import (_chunk_backward, _chunk_forward, _chunk_inverse, _chunk_tokens, _given_or_zeros,
+                           _grad_buffers,
                            _masked_decay, _on_input_device, _partial_sum_slots, _state_block,
                            _summed_over_value_blocks, _value_block)
 
@@ -36,7 +37,8 @@ from .triton_chunk import (_chunk_backward, _chunk_forward, _chunk_inverse, _chu
 def _key_rows(ptr, token_row, t, T, K, BK: tl.constexpr):
     """Rows token_row [BT] of a [B, T, H, K] tensor as an fp32 tile [BT, BK], zero past T and K."""
     cols_k = tl.arange(0, BK)
-    return tl.load(ptr + token_row[:, None] * K + cols_k[None, :], mask=(t[:, None] < T) & (cols_k[None, :] < K), other=0.0).to(tl.float32)
+    return tl.load(ptr + token_row[:, None] * K + cols_k[None, :], mask=(t[:, None] < T) & (cols_k[None, :] < K),
+                   other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -60,13 +62,15 @@ def _wy_kernel(q_ptr, k_ptr, g_ptr, beta_ptr, inverse_ptr, w_ptr, q_state_ptr, s
         tl.store(inverse_ptr + ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :], inverse)
         w = tl.dot(inverse, (beta * gamma)[:, None] * k, input_precision=PRECISION)  # [BT, BK]
         tl.store(w_ptr + token_row[:, None] * K + cols_k[None, :], w, mask=mask_k)
-        scores = _masked_decay(G, tokens[:, None] >= tokens[None, :]) * tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        scores = (_masked_decay(G, tokens[:, None] >= tokens[None, :])
+                  * tl.dot(q, tl.trans(k), input_precision=PRECISION))
         q_state -= tl.dot(scores, w, input_precision=PRECISION)
     tl.store(q_state_ptr + token_row[:, None] * K + cols_k[None, :], scale * q_state, mask=mask_k)
 
 
 @triton.jit
-def _intra_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_ptr, o_intra_ptr, u_ptr, extra_state_ptr,
+def _intra_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_ptr, o_intra_ptr, u_ptr,
+                  extra_state_ptr,
                   scale, T, H, K, V, L, NT, HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, PRECISION: tl.constexpr,
                   BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
     """Per chunk and value block: O_c and, with beta, U (both fp32, laid out like o), with extra writes E_c [K, BV]."""
@@ -139,11 +143,14 @@ def _state_grad_kernel(k_ptr, g_ptr, w_ptr, q_state_ptr, do_ptr, dfinal_ptr, d_c
         chunk = tl.cast(NT - 1 - i, tl.int64)
         tl.store(d_chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, d_state, mask=state_mask)
         t, token_row = _chunk_tokens(bh // H, bh % H, chunk, T, H, BT)
-        d_o = tl.load(do_ptr + token_row[:, None] * V + cols_v[None, :], mask=(t[:, None] < T) & (cols_v[None, :] < V), other=0.0).to(tl.float32)
+        d_o = tl.load(do_ptr + token_row[:, None] * V + cols_v[None, :], mask=(t[:, None] < T) & (cols_v[None, :] < V),
+                      other=0.0).to(tl.float32)
         to_end, chunk_decay = _chunk_decays(g_ptr, token_row, t, T)
-        d_prev = chunk_decay * d_state + tl.dot(tl.trans(_key_rows(q_state_ptr, token_row, t, T, K, BK)), d_o, input_precision=PRECISION)
+        d_prev = chunk_decay * d_state + tl.dot(tl.trans(_key_rows(q_state_ptr, token_row, t, T, K, BK)), d_o,
+                                                input_precision=PRECISION)
         if HAS_BETA:
-            k_end_ds = tl.dot(_key_rows(k_ptr, token_row, t, T, K, BK) * to_end[:, None], d_state, input_precision=PRECISION)  # [BT, BV]
+            k_end_ds = tl.dot(_key_rows(k_ptr, token_row, t, T, K, BK) * to_end[:, None], d_state,
+                              input_precision=PRECISION)  # [BT, BV]
             d_prev -= tl.dot(tl.trans(_key_rows(w_ptr, token_row, t, T, K, BK)), k_end_ds, input_precision=PRECISION)
         d_state = d_prev
     tl.store(ds0_ptr + bh * K * V + state_offsets, d_state, mask=state_mask)
@@ -166,7 +173,8 @@ def _chunk_grads_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, in
     d_state = tl.load(d_chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, mask=state_mask, other=0.0)
     _chunk_backward(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_ptr, do_ptr,
                     dq_ptr, dk_ptr, dv_ptr, dg_ptr, dbeta_ptr, dek_ptr, dev_ptr, state, d_state,
-                    bh // H, bh % H, bh, chunk, v0, scale, T, H, K, V, L, NT, HAS_BETA, HAS_EXTRA, PRECISION, BT, BK, BV)
+                    bh // H, bh % H, bh, chunk, v0, scale, T, H, K, V, L, NT, HAS_BETA, HAS_EXTRA, PRECISION,
+                    BT, BK, BV)
 
 
 def parallel_block_sizes(B, T, H, K, V, chunk_size=None, value_block=None):
@@ -198,7 +206,8 @@ class _ChunkParallelScan(torch.autograd.Function):
         BT, BK, BV_seq, BV_par, warps = parallel_block_sizes(B, T, H, K, V, chunk_size, value_block)
         NT = triton.cdiv(T, BT)
         q, k, v, g = (x.contiguous() for x in (q, k, v, g))
-        beta, extra_k, extra_v, initial_state = (None if x is None else x.contiguous() for x in (beta, extra_k, extra_v, initial_state))
+        beta, extra_k, extra_v, initial_state = (None if x is None else x.contiguous()
+                                                 for x in (beta, extra_k, extra_v, initial_state))
         needs_grad = any(ctx.needs_input_grad[:8])
         precision = "ieee" if q.dtype == torch.float32 else "tf32"
         fp32 = dict(device=q.device, dtype=torch.float32)
@@ -218,7 +227,8 @@ class _ChunkParallelScan(torch.autograd.Function):
             q, k, v, g, _pointer_or(beta, g), _pointer_or(extra_k, q), _pointer_or(extra_v, v), inverses, o_intra, u,
             extra_states, scale, T, H, K, V, L, NT, HAS_EXTRA=extra_k is not None, **flags, BV=BV_par, num_warps=warps)
         _state_kernel[(triton.cdiv(V, BV_seq), B * H)](
-            k, g, w, u, q_state, o_intra, extra_states, _pointer_or(initial_state, final_state), o, final_state, chunk_states,
+            k, g, w, u, q_state, o_intra, extra_states, _pointer_or(initial_state, final_state), o, final_state,
+            chunk_states,
             T, H, K, V, NT, HAS_EXTRA=extra_k is not None, HAS_INITIAL=initial_state is not None,
             STORE_CHUNK_STATES=needs_grad, **flags, BV=BV_seq, num_warps=warps)
         if needs_grad:
@@ -251,7 +261,8 @@ class _ChunkParallelScan(torch.autograd.Function):
         return (*_summed_over_value_blocks(grads, inputs), d_initial if has_initial else None, None, None, None)
 
 
-def chunk_parallel_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state, chunk_size=None, value_block=None):
+def chunk_parallel_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state, chunk_size=None,
+                              value_block=None):
     """Chunk-parallel Triton scan; returns (o [B, T, H, V] in v's dtype, S_T [B, H, K, V] fp32).
 
     chunk_size (16, 32 or 64) and value_block (a power of two >= 16) override the automatic block sizes."""

@@ -42,7 +42,8 @@ def _validate(q, k, v, g, beta, extra_k, extra_v, initial_state, backend):
         _check_shape("initial_state", initial_state, (B, H, K, V), "[B, H, K, V]")
     if backend in ("triton", "chunk_parallel") and not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(f"backend {backend!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors)")
-    for name, tensor in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("extra_k", extra_k), ("extra_v", extra_v), ("initial_state", initial_state)):
+    for name, tensor in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("extra_k", extra_k),
+                         ("extra_v", extra_v), ("initial_state", initial_state)):
         if tensor is not None and not tensor.is_floating_point():
             raise ValueError(f"{name} must be a floating-point tensor, got {tensor.dtype}")
         if tensor is not None and tensor.device != q.device:

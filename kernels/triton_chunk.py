@@ -86,7 +86,8 @@ def _masked_decay(G, mask):
 def _chunk_inverse(k, G, beta, PRECISION: tl.constexpr, BT: tl.constexpr):
     """(I + A)^{-1} [BT, BT] of one chunk, A[t, s] = beta_t exp(G_t - G_s) (k_t . k_s) for s < t."""
     tokens = tl.arange(0, BT)
-    A = beta[:, None] * _masked_decay(G, tokens[:, None] > tokens[None, :]) * tl.dot(k, tl.trans(k), input_precision=PRECISION)
+    A = (beta[:, None] * _masked_decay(G, tokens[:, None] > tokens[None, :])
+         * tl.dot(k, tl.trans(k), input_precision=PRECISION))
     return _unit_lower_inverse(A, BT)
 
 
@@ -108,7 +109,8 @@ def _chunk_inverse_kernel(k_ptr, g_ptr, beta_ptr, inverse_ptr, T, H, K, NT,
     tokens = tl.arange(0, BT)
     cols_k = tl.arange(0, BK)
     t, token_row = _chunk_tokens(b, h, chunk, T, H, BT)
-    k = tl.load(k_ptr + token_row[:, None] * K + cols_k[None, :], mask=(t[:, None] < T) & (cols_k[None, :] < K), other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + token_row[:, None] * K + cols_k[None, :], mask=(t[:, None] < T) & (cols_k[None, :] < K),
+                other=0.0).to(tl.float32)
     g = tl.load(g_ptr + token_row, mask=t < T, other=0.0).to(tl.float32)
     beta = tl.load(beta_ptr + token_row, mask=t < T, other=0.0).to(tl.float32)
     inverse_offsets = ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :]
@@ -258,7 +260,8 @@ def _chunk_backward(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, invers
                 offsets_k, mask_ek, offsets_v, mask_ev = _extra_offsets(b, h, t0, v0, l, T, H, K, V, L, BT, BK, BV)
                 ek = tl.load(ek_ptr + offsets_k, mask=mask_ek, other=0.0).to(tl.float32)
                 ev = tl.load(ev_ptr + offsets_v, mask=mask_ev, other=0.0).to(tl.float32)
-                rhs -= tl.dot(beta[:, None] * decay_strict * tl.dot(k, tl.trans(ek), input_precision=PRECISION), ev, input_precision=PRECISION)
+                rhs -= tl.dot(beta[:, None] * decay_strict * tl.dot(k, tl.trans(ek), input_precision=PRECISION), ev,
+                              input_precision=PRECISION)
         inverse = tl.load(inverse_ptr + ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :])
         u = tl.dot(inverse, rhs, input_precision=PRECISION)
     else:
@@ -437,7 +440,8 @@ class _DeltaScanFunction(torch.autograd.Function):
         BV = value_block or _value_block(B * H, BV)
         NT = triton.cdiv(T, BT)
         q, k, v, g = (x.contiguous() for x in (q, k, v, g))
-        beta, extra_k, extra_v, initial_state = (None if x is None else x.contiguous() for x in (beta, extra_k, extra_v, initial_state))
+        beta, extra_k, extra_v, initial_state = (None if x is None else x.contiguous()
+                                                 for x in (beta, extra_k, extra_v, initial_state))
         needs_grad = any(ctx.needs_input_grad[:8])
         o = torch.empty(B, T, H, V, device=q.device, dtype=v.dtype)
         final_state = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32)
@@ -446,10 +450,12 @@ class _DeltaScanFunction(torch.autograd.Function):
         inverses = final_state  # [B, H, NT, BT, BT] when beta is given
         if beta is not None:
             inverses = torch.empty(B, H, NT, BT, BT, device=q.device, dtype=torch.float32)
-            _chunk_inverse_kernel[(NT, B * H)](k, g, beta, inverses, T, H, K, NT, PRECISION=precision, BT=BT, BK=BK, num_warps=4 if BT <= 32 else 8)
+            _chunk_inverse_kernel[(NT, B * H)](k, g, beta, inverses, T, H, K, NT, PRECISION=precision, BT=BT, BK=BK,
+                                               num_warps=4 if BT <= 32 else 8)
         _forward_kernel[(triton.cdiv(V, BV), B * H)](
-            q, k, v, g, q if beta is None else beta, q if extra_k is None else extra_k, q if extra_v is None else extra_v,
-            q if initial_state is None else initial_state, inverses, o, final_state, chunk_states, scale, T, H, K, V, L, NT,
+            q, k, v, g, q if beta is None else beta, q if extra_k is None else extra_k,
+            q if extra_v is None else extra_v, q if initial_state is None else initial_state, inverses, o, final_state,
+            chunk_states, scale, T, H, K, V, L, NT,
             HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, HAS_INITIAL=initial_state is not None,
             STORE_CHUNK_STATES=needs_grad, PRECISION=precision, BT=BT, BK=BK, BV=BV, num_warps=_num_warps(BK, BV))
         if needs_grad:
@@ -470,10 +476,11 @@ class _DeltaScanFunction(torch.autograd.Function):
         dq, dk, dv, dg, dbeta, dek, dev = grads = _grad_buffers(inputs, value_blocks)
         d_initial = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32)
         _backward_kernel[(value_blocks, B * H)](
-            q, k, v, g, q if beta is None else beta, q if extra_k is None else extra_k, q if extra_v is None else extra_v,
+            q, k, v, g, q if beta is None else beta, q if extra_k is None else extra_k,
+            q if extra_v is None else extra_v,
             chunk_states, inverses, d_o.contiguous(), d_o if d_final_state is None else d_final_state.contiguous(),
-            dq, dk, dv, dg, dq if dbeta is None else dbeta, dq if dek is None else dek, dq if dev is None else dev, d_initial,
-            scale, T, H, K, V, L, NT,
+            dq, dk, dv, dg, dq if dbeta is None else dbeta, dq if dek is None else dek, dq if dev is None else dev,
+            d_initial, scale, T, H, K, V, L, NT,
             HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, HAS_DFINAL=d_final_state is not None,
             PRECISION=precision, BT=BT, BK=BK, BV=BV, num_warps=_num_warps(BK, BV))
         return (*_summed_over_value_blocks(grads, inputs), d_initial if has_initial else None, None, None, None)

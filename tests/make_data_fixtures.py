@@ -56,7 +56,8 @@ def amazon_2014() -> None:
     _write(ROOT / "amazon2014" / "reviews_Books_5.json.gz", _with_blank(lines), compress=True)
     meta = [
         {"asin": ASIN["i1"], "title": "Cheap Thrills", "categories": [["Books", "Literature & Fiction", "Poetry"]]},
-        {"asin": ASIN["i2"], "imUrl": "http://x/y.jpg", "categories": [["Books", "Comics & Graphic Novels"], ["Books"]]},
+        {"asin": ASIN["i2"], "imUrl": "http://x/y.jpg",
+         "categories": [["Books", "Comics & Graphic Novels"], ["Books"]]},
         {"asin": ASIN["i3"], "title": "Élan", "categories": [["Books", "Cuisine française"]]},
         {"asin": ASIN["i5"], "salesRank": {"Books": 2}, "categories": [["Books"]]},
     ]

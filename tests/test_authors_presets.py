@@ -153,7 +153,8 @@ def test_the_authors_mask_free_prism_depends_on_left_padding_and_the_preset_does
     padded = torch.cat([torch.zeros(2, 5, D), x], 1)
     padded_mask = torch.cat([torch.zeros(2, 5, dtype=torch.bool), mask], 1)
     with torch.no_grad():
-        theirs_plain, theirs_padded = authors_prism_block(model.blocks[0], x), authors_prism_block(model.blocks[0], padded)
+        theirs_plain = authors_prism_block(model.blocks[0], x)
+        theirs_padded = authors_prism_block(model.blocks[0], padded)
         ours_plain, ours_padded = model.blocks[0](x, mask), model.blocks[0](padded, padded_mask)
     assert not torch.allclose(theirs_plain, theirs_padded[:, 5:], atol=1e-3)
     torch.testing.assert_close(ours_padded[:, 5:], ours_plain, **TOL)
@@ -168,7 +169,8 @@ def authors_gdn_layer(layer, x, offset=0):
     B, length, _ = x.shape
     H, K = layer.n_heads, layer.head_k_dim
     q, k, v = (F.silu(causal_depthwise(conv.conv, proj(x)))
-               for conv, proj in ((layer.q_conv, layer.q_proj), (layer.k_conv, layer.k_proj), (layer.v_conv, layer.v_proj)))
+               for conv, proj in ((layer.q_conv, layer.q_proj), (layer.k_conv, layer.k_proj),
+                                  (layer.v_conv, layer.v_proj)))
     q, k = authors_rope(q, H * K, offset), authors_rope(k, H * K, offset)
     q, k, v = (z.view(B, length, H, K).transpose(1, 2) for z in (q, k, v))
     scores = (q @ k.transpose(-1, -2) / math.sqrt(K)).masked_fill(torch.ones(length, length).triu(1).bool(), -math.inf)
@@ -219,7 +221,8 @@ def authors_mamba2_block(block, x):
     return x + block.output_mlp(u * block.output_norm(gated))
 
 
-@pytest.mark.parametrize("name, reference", [("prism-authors", authors_prism_block), ("mamba2-authors", authors_mamba2_block)])
+@pytest.mark.parametrize("name, reference",
+                         [("prism-authors", authors_prism_block), ("mamba2-authors", authors_mamba2_block)])
 def test_block_stack_is_the_authors_equations_on_an_unpadded_sequence(name, reference):
     model = build(name)
     x, mask = inputs()

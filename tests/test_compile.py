@@ -9,7 +9,8 @@ need a GPU and are exercised by benchmarks/step_bench.py on the device.
 import pytest
 import torch
 
-from prism_rec.training.compile import CompiledEncoder, gaps_to_eager, optimizer_options, resolve_compile, training_encoder
+from prism_rec.training.compile import (CompiledEncoder, gaps_to_eager, optimizer_options, resolve_compile,
+                                        training_encoder)
 from prism_rec.models.recommender import SequentialRecommender
 from prism_rec.training.config import TrainConfig
 

@@ -43,7 +43,8 @@ def token_inputs(layer, x, t):
     B = x.shape[0]
     H = layer.n_heads
     q = unit(conv_silu_at(x @ layer.q_proj.weight.T, layer.q_conv, t).view(B, H, -1))
-    k = unit(conv_silu_at(x @ layer.k_proj.weight.T, layer.k_conv, t).view(B, H, -1)) if layer.k_proj is not None else None
+    k = (unit(conv_silu_at(x @ layer.k_proj.weight.T, layer.k_conv, t).view(B, H, -1))
+         if layer.k_proj is not None else None)
     v = conv_silu_at(x @ layer.v_proj.weight.T, layer.v_conv, t).view(B, H, -1)
     g = -torch.exp(layer.A_log) * F.softplus(x[:, t] @ layer.a_proj.weight.T + layer.dt_bias)
     beta = torch.sigmoid(x[:, t] @ layer.b_proj.weight.T) if layer.b_proj is not None else None
@@ -95,7 +96,7 @@ def assert_matches_reference(layer, x, reference, atol=2e-5):
     expected_grads = torch.autograd.grad((expected * probe).sum(), params + [x])
     names = [n for n, _ in layer.named_parameters()] + ["x"]
     for name, got, want in zip(names, grads, expected_grads):
-        torch.testing.assert_close(got, want, rtol=1e-3, atol=atol, msg=lambda m: f"gradient of {name}: {m}")
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=atol, msg=lambda m, name=name: f"gradient of {name}: {m}")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -74,7 +74,8 @@ def results(tmp_path):
         writer = csv.writer(handle)
         writer.writerow(report.SOLO_COLUMNS)
         for model, speed in (("sasrec", 90000), ("gated_deltanet", 120000), ("prism", 60000), ("prism-L1", 50000)):
-            writer.writerow([ELECTRONICS, model, speed, 3.0, 256, 50, 3666, "bf16", "NVIDIA H200", "prism-rec throughput"])
+            writer.writerow([ELECTRONICS, model, speed, 3.0, 256, 50, 3666, "bf16", "NVIDIA H200",
+                             "prism-rec throughput"])
     paths = report.write_results(manifest, tmp_path)
     return tmp_path, paths, manifest, lines
 
@@ -149,10 +150,12 @@ def test_paired_differences_match_stats_and_say_within_noise(results):
     assert cells[1:3] == [f"{expected.mean:+.4f}", f"[{expected.low:+.4f}, {expected.high:+.4f}]"]
     assert cells[4] == ("**excludes 0** ✱" if expected.excludes_zero else "within noise")
     assert cells_of(section, "best − second: sasrec − prism")[0] == "best − second: sasrec − prism"
-    noconv_vs_nogain = paired_difference(matrix(lines, ELECTRONICS, "prism-noconv"), matrix(lines, ELECTRONICS, "prism-nogain"))
+    noconv_vs_nogain = paired_difference(matrix(lines, ELECTRONICS, "prism-noconv"),
+                                         matrix(lines, ELECTRONICS, "prism-nogain"))
     assert isinstance(noconv_vs_nogain.excludes_zero, bool)
     short = text.split(f"### {SHORT}")[1].split("## Checks")[0]
-    assert cells_of(short, "prism − sasrec")[1:] == ["missing", "missing", "missing", "undetermined (prism, sasrec missing)"]
+    assert cells_of(short,
+                    "prism − sasrec")[1:] == ["missing", "missing", "missing", "undetermined (prism, sasrec missing)"]
 
 
 def test_checks_list_the_runs_near_the_floor_on_the_plateau_and_at_the_cap(results):
@@ -188,7 +191,8 @@ def test_ablation_v1_tuning_and_cost_sections(results):
     assert cells_of(tuning_rows, ELECTRONICS + " | prism")[2:] == ["0.7400", "**0.7600**", "0.7500", "0.001"]
     assert cells_of(tuning_rows, SHORT + " | sasrec")[2:] == ["0.5800", "0.5800", "missing", "missing (2 of 3 rates)"]
     cost = text.split("## Cost")[1]
-    assert "Backbones without a solo figure (left out of their plot, which names them): electronics-gerec: hstu, " in cost
+    assert ("Backbones without a solo figure (left out of their plot, which names them): electronics-gerec: hstu, "
+            in cost)
     assert "Shared-GPU training tokens/s" in cost and "[electronics-gerec](electronics-gerec/pareto.png)" in cost
     solo = cost.split("Solo training tokens/s")[1].split("Shared-GPU")[0]
     assert "results/solo_throughput.csv, NVIDIA H200;" in solo
@@ -246,13 +250,15 @@ def test_the_plateau_rule():
     early = {**base, "best_epoch": 2, "epochs_run": 12}
     assert report.plateau_reason(early, floor) == "best epoch 2, stopped by patience 10 after 12"
     assert report.plateau_reason({**early, "epochs_run": 11}, floor) is None  # patience not yet exhausted
-    assert report.plateau_reason({**early, "best_valid_auc": 0.55}, None) == "best epoch 2, stopped by patience 10 after 12"
+    assert report.plateau_reason({**early, "best_valid_auc": 0.55},
+                                 None) == "best epoch 2, stopped by patience 10 after 12"
 
 
 def test_equal_means_share_their_average_rank():
     d = report.DATASETS[0]
     cells = {(d, "a"): [0.9], (d, "b"): [0.8], (d, "c"): [0.8], (d, "d"): [0.7]}
-    assert report.mean_ranks(cells, ["a", "b", "c", "d"]) == {"a": (1.0, 1), "b": (2.5, 1), "c": (2.5, 1), "d": (4.0, 1)}
+    assert report.mean_ranks(cells,
+                             ["a", "b", "c", "d"]) == {"a": (1.0, 1), "b": (2.5, 1), "c": (2.5, 1), "d": (4.0, 1)}
 
 
 def test_the_same_seed_check_compares_runs_at_the_same_rate_only():

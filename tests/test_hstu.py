@@ -105,7 +105,7 @@ def test_blockwise_path_matches_dense_path(max_distance):
         out = layer(x, mask)
         results.append((out[mask], *torch.autograd.grad((out * upstream).sum(), [x, *layer.parameters()])))
     for (name, _), want, got in zip([("output", None), ("x", None), *dense.named_parameters()], *results):
-        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=lambda m, name=name: f"{name}: {m}")
 
 
 @pytest.mark.parametrize("T, dense_max_length", [(128, 0), (300, 256)])  # forced; the default switch above 256

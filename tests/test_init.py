@@ -35,7 +35,8 @@ def declared(name: str, module: nn.Module) -> str:
     policy = getattr(type(module), "init_policy", None)
     if policy is None:
         pytest.fail(f"backbone {name!r} ({type(module).__qualname__}) declares no init_policy: set the class "
-                    f"attribute init_policy to one of {sorted(POLICIES)} and call prism_rec.models.init.apply_init(self) "
+                    f"attribute init_policy to one of {sorted(POLICIES)} and call "
+                    "prism_rec.models.init.apply_init(self) "
                     f"at the end of its __init__ (see prism_rec/models/init.py)")
     assert policy in POLICIES, f"{name}: init_policy {policy!r} is not one of {sorted(POLICIES)}"
     return policy

@@ -46,7 +46,8 @@ def test_links_name_the_shared_view_and_the_model_training_mode():
     path, _, query = url.partition("#")[2].partition("?")
     assert url.startswith("http://127.0.0.1:5000/#/experiments/7/runs?") and path == "/experiments/7/runs"
     # the UI ignores a shared view when the URL carries a sort or a filter of its own
-    assert urllib.parse.parse_qs(query) == {"workflowType": ["machine_learning"], "viewStateShareKey": ["prism-rec-ranked"],
+    assert urllib.parse.parse_qs(query) == {"workflowType": ["machine_learning"],
+                                            "viewStateShareKey": ["prism-rec-ranked"],
                                             "compareRunsMode": ["CHART"]}
     assert RANKED_VIEW["orderByKey"] == "metrics.`test_auc`" and RANKED_VIEW["orderByAsc"] is False
     assert RANKED_VIEW["orderByKey"] in RANKED_VIEW["selectedColumns"]

@@ -211,7 +211,8 @@ def test_refine_follows_the_paper():
     v = layer.value(x).detach()
     torch.testing.assert_close(steps["delta"], recompute_deltas(steps["p"], v - u, F.gelu))
     torch.testing.assert_close(steps["w"], steps["step_beta"].unsqueeze(-1) * steps["delta"])
-    torch.testing.assert_close(steps["kappa"].norm(dim=-1), torch.ones_like(steps["step_beta"]), atol=1e-3, rtol=0)  # up to the norm eps
+    torch.testing.assert_close(steps["kappa"].norm(dim=-1), torch.ones_like(steps["step_beta"]), atol=1e-3,
+                               rtol=0)  # up to the norm eps
 
 
 def test_identity_nonlinearity():

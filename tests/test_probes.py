@@ -1,7 +1,7 @@
-"""Probe tasks, settings, training (pause/resume) and the `probe` command (prism_rec/probes).
+"""Probe tasks, settings, training (pause/resume) and the `probe` command (prism_rec/experiments/probes).
 
 Each task's format is read back by an independent reference reader written from the documented format
-(prism_rec/probes/tasks.py); the readers are checked on hand-made sequences, and every generator's
+(prism_rec/experiments/probes/tasks.py); the readers are checked on hand-made sequences, and every generator's
 targets must equal what the reader finds in its sequences.
 """
 
@@ -180,7 +180,8 @@ def test_cli_smoke_writes_table_manifest_and_mlflow(tmp_path, monkeypatch, capsy
     table = (tmp_path / "probes.md").read_text()
     assert "| parity |" in table and "| mqar |" in table and "gated_deltanet" in table and "| missing" not in table
     assert "| 1.00 | 0.49 | 1.00 |" in table
-    assert "Command: `prism-rec probe --tasks parity,mqar --models sasrec,gated_deltanet" in table  # paper figures beside ours
+    # paper figures beside ours
+    assert "Command: `prism-rec probe --tasks parity,mqar --models sasrec,gated_deltanet" in table
     import mlflow
 
     runs = mlflow.search_runs(experiment_names=["probes"])

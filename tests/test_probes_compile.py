@@ -78,8 +78,8 @@ def test_the_default_compiles_nothing_on_cpu_and_the_check_says_so(tmp_path, cap
 
 def test_the_check_prints_each_model_once(tmp_path, aot_eager, capsys):
     main(["probe", "--tasks", "local_xor,parity", "--models", "sasrec", "--seeds", "2", "--steps", "4", "--seq-len",
-                "12", "--batch-size", "4", "--d-model", "8", "--n-layers", "1", "--device", "cpu", "--compile", "inductor",
-                "--check-compile", "--out", str(tmp_path)])
+          "12", "--batch-size", "4", "--d-model", "8", "--n-layers", "1", "--device", "cpu", "--compile", "inductor",
+          "--check-compile", "--out", str(tmp_path)])
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 and lines[0].startswith("compile inductor, paper/local_xor/T12/sasrec/s0: relative gap")
     assert not load_manifest(tmp_path)

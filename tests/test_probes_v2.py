@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from prism_rec.cli import main
-from prism_rec.experiments.probes.grid import (PAPER_COLUMNS, SEEDS, SWEEP_LENGTHS, SWEEP_MODELS, TABLE_MODELS, grid_runs,
+from prism_rec.experiments.probes.grid import (PAPER_COLUMNS, SEEDS, SWEEP_LENGTHS, SWEEP_MODELS, TABLE_MODELS,
+                                               grid_runs,
                                    product_runs)
 from prism_rec.experiments.probes.manifest import CHECKPOINTS_NAME, PROTOCOL, load_manifest, save_manifest
 from prism_rec.experiments.probes.model import PROBE_BACKBONES, ProbeModel, build_probe_backbone
@@ -59,7 +60,7 @@ def authors_stack(model, x: torch.Tensor) -> torch.Tensor:
         freqs = torch.outer(torch.arange(T).float(), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)[None, :, None, :]  # [1, T, 1, D]
 
-        def rotate_half(t):
+        def rotate_half(t, D=D):
             return torch.cat((-t[..., D // 2:], t[..., : D // 2]), dim=-1)
 
         q, k = q * emb.cos() + rotate_half(q) * emb.sin(), k * emb.cos() + rotate_half(k) * emb.sin()
@@ -163,7 +164,8 @@ def test_the_report_from_a_synthetic_manifest(tmp_path):
     assert "| 1.00 | 0.49 | 1.00 |" in paper  # the paper's figures beside ours
     assert f"{len(entries) - 1} of the {len(runs)} planned runs" in text and "1 earlier" in text
     assert "landed (`prism_rec/models/init.py`" in text and "Median wall time of a run: 101 s (412 runs)" in text
-    assert "Training step compile mode (prism_rec/training/compile.py; float rounding apart, the same training): off (412 runs)." in text
+    assert ("Training step compile mode (prism_rec/training/compile.py; float rounding apart, the same training): "
+            "off (412 runs).") in text
     claims = {line.split(" | ")[0].strip("| "): line.split(" | ")[-1] for line in paper.splitlines()
               if line.startswith("| ") and "checks" in line or line.endswith("holds |")}
     assert claims["parity"].startswith("holds")

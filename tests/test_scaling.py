@@ -29,7 +29,8 @@ def test_report_compares_each_process_count_with_one(store):
     table = scaling.scaling_table(scaling.newest_runs_by_world_size("toy"))
     assert len(table) == 5
     repeat = table[table["run"] == "repeat"].iloc[0]
-    assert (repeat["model"], repeat["train tokens/s"], repeat["AUC gap to 1 process"]) == ("prism", 999.0, pytest.approx(1e-4))
+    assert (repeat["model"], repeat["train tokens/s"],
+            repeat["AUC gap to 1 process"]) == ("prism", 999.0, pytest.approx(1e-4))
     assert set(table["precision"]) == {"bf16"}  # no precision param: a run from before the option
     table = table[(table["train tokens/s"] != 5000.0) & (table["run"] == "newest")].set_index(["model", "processes"])
     assert table.loc[("prism", 2), "scaling efficiency"] == pytest.approx(0.75)

@@ -1,4 +1,5 @@
-"""Bootstrap intervals and paired differences over test users (prism_rec/tracking/bootstrap.py) on cases with known answers."""
+"""Bootstrap intervals and paired differences over test users (prism_rec/tracking/bootstrap.py) on cases with
+known answers."""
 
 import math
 
@@ -32,7 +33,8 @@ def test_it_is_deterministic_given_the_seed():
     per_user = np.random.default_rng(4).uniform(size=(2, 50))
     assert bootstrap_mean_ci(per_user, seed=3) == bootstrap_mean_ci(per_user, seed=3)
     assert bootstrap_mean_ci(per_user, seed=3) != bootstrap_mean_ci(per_user, seed=4)
-    assert paired_difference(per_user, per_user[::-1] * 0.9, seed=5) == paired_difference(per_user, per_user[::-1] * 0.9, seed=5)
+    assert paired_difference(per_user, per_user[::-1] * 0.9,
+                             seed=5) == paired_difference(per_user, per_user[::-1] * 0.9, seed=5)
 
 
 def test_coverage_on_a_normal_sample_is_near_the_level():

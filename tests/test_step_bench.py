@@ -39,7 +39,8 @@ def test_step_bench_on_cpu(step_bench, tmp_path, capsys):
         solo = list(reader)
     assert reader.fieldnames == ["dataset", "model", "tokens_per_s", "step_ms", "batch_size", "max_len", "n_items",
                                  "dtype", "machine", "command", "compile"]
-    assert [(r["dataset"], r["model"], r["max_len"], r["batch_size"]) for r in solo] == [("ml-100k", "sasrec", "50", "8")]
+    assert ([(r["dataset"], r["model"], r["max_len"], r["batch_size"]) for r in solo]
+            == [("ml-100k", "sasrec", "50", "8")])
     assert float(solo[0]["tokens_per_s"]) > 0 and solo[0]["dtype"] == "fp32"
 
 
@@ -79,7 +80,8 @@ def test_compiled_and_eager_columns_speedups_and_time_budget(step_bench, tmp_pat
     step_bench.main(["--merge", f"{tmp_path},{tmp_path / 'b'},{tmp_path / 'absent'}", "--out-dir", str(tmp_path / "m")])
     merged = list(csv.DictReader((tmp_path / "m" / "step.csv").open()))
     assert [(r["model"], r["compile"], r["status"]) for r in merged] == [
-        ("gated_deltanet", "off", "ok"), ("gated_deltanet", "inductor", "ok"), ("sasrec", "off", "skipped: time budget")]
+        ("gated_deltanet", "off",
+         "ok"), ("gated_deltanet", "inductor", "ok"), ("sasrec", "off", "skipped: time budget")]
     report = (tmp_path / "m" / "step.md").read_text()
     assert "Merged from 2 runs made side by side" in report and f"no results: {tmp_path / 'absent'}" in report
     assert "- gated_deltanet, compile inductor: relative gap of the output " in report

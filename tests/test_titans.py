@@ -65,7 +65,7 @@ def test_memory_layer_matches_naive_chunk_loop():
 
     torch.testing.assert_close(fast[mask], slow[mask], rtol=1e-9, atol=1e-9)
     for (name, _), fast_grad, slow_grad in zip(layer.named_parameters(), fast_grads, slow_grads):
-        torch.testing.assert_close(fast_grad, slow_grad, rtol=1e-8, atol=1e-9, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(fast_grad, slow_grad, rtol=1e-8, atol=1e-9, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_sliding_window_attention_sees_window_and_persistent_memory():

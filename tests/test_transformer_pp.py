@@ -53,7 +53,8 @@ def test_positions_count_from_the_first_real_item():
 
 
 def reference_attention(attention, x, mask):
-    """Per query i: softmax over real keys j <= i of (R_i q_i) . (R_j k_j) / sqrt(D), positions from the first real item."""
+    """Per query i: softmax over real keys j <= i of (R_i q_i) . (R_j k_j) / sqrt(D), positions from the first
+    real item."""
     Bsz, T, d = x.shape
     H, D = attention.n_heads, attention.head_dim
     q, k, v = (x @ attention.qkv.weight.t()).reshape(Bsz, T, 3, H, D).unbind(2)

@@ -78,7 +78,7 @@ def test_layer_matches_naive_gradient_descent(inner):
 
     torch.testing.assert_close(fast[mask], slow[mask], rtol=1e-9, atol=1e-9)
     for (name, _), fast_grad, slow_grad in zip(layer.named_parameters(), fast_grads, slow_grads):
-        torch.testing.assert_close(fast_grad, slow_grad, rtol=1e-8, atol=1e-9, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(fast_grad, slow_grad, rtol=1e-8, atol=1e-9, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_padding_does_not_train_the_inner_model():
@@ -112,13 +112,15 @@ def test_linear_dual_form_matches_fla_reference():
     B, T, H, Dh, C = 2, 48, 2, 8, 16
     q, k, v = (torch.randn(B, T, H, Dh, dtype=torch.float32) for _ in range(3))
     weight, bias = 0.3 * torch.randn(H, Dh, Dh, dtype=torch.float32), 0.1 * torch.randn(H, Dh, dtype=torch.float32)
-    ln_weight, ln_bias = 1 + 0.1 * torch.randn(H, Dh, dtype=torch.float32), 0.1 * torch.randn(H, Dh, dtype=torch.float32)
+    ln_weight, ln_bias = 1 + 0.1 * torch.randn(H, Dh,
+                                               dtype=torch.float32), 0.1 * torch.randn(H, Dh, dtype=torch.float32)
     lr = 0.05  # fla's eta is per reading position: tau_t * lr with tau_t = 1 / (t + 1)
     tau = 1.0 / torch.arange(1, C + 1, dtype=torch.float32)
     fla_eta = (lr * tau).repeat(T // C)[None, :, None, None].expand(B, T, H, 1)
     fla_out, _, _ = chunk_ttt_linear_ref(
         q, k, v, ln_weight, ln_bias, fla_eta.clone(), scale=1.0, eps=1e-6, mini_batch_size=C,
-        initial_state=weight.expand(B, H, Dh, Dh).clone(), initial_state_bias=bias[None, :, None].expand(B, H, 1, Dh).clone(),
+        initial_state=weight.expand(B, H, Dh,
+                                    Dh).clone(), initial_state_bias=bias[None, :, None].expand(B, H, 1, Dh).clone(),
     )
 
     def chunks(t):  # [B, T, H, Dh] -> [B, H, N, C, Dh]

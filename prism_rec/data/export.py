@@ -48,7 +48,8 @@ def export_recbole(dataset: ProcessedDataset, out_dir: Path) -> list[Path]:
     and renamed when complete.
     """
     if dataset.timestamps is None or dataset.ratings is None:
-        raise DataError(f"{dataset.name}: processed cache lacks timestamps/ratings; delete the cache file to rebuild it")
+        raise DataError(f"{dataset.name}: processed cache lacks timestamps/ratings; delete the "
+                        f"cache file to rebuild it")
     _check_tokens(dataset.user_ids, "user")
     _check_tokens(dataset.item_ids, "item")
     lengths = np.diff(dataset.offsets)

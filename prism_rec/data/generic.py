@@ -94,7 +94,8 @@ def read_recbole_inter(files: list[Path], context: ReadContext) -> pd.DataFrame:
                     context.bad(where, line_no, f"{times} has {len(clock)} entries; expected one per item of "
                                                 f"item_id_list and {target} ({len(sequence)})")
                     continue
-                events = [(item, None if stamp is None else finite_number(stamp)) for item, stamp in zip(sequence, clock)]
+                events = [(item, None if stamp is None else finite_number(stamp)) for item,
+                          stamp in zip(sequence, clock)]
                 if times and any(stamp is None for _, stamp in events):
                     context.bad(where, line_no, f"{times} {clock!r} holds a non-number; expected finite numbers")
                     continue
@@ -128,7 +129,8 @@ def _windows_frame(windows: dict[str, list[list[tuple]]]) -> pd.DataFrame:
         users.extend([user] * len(history))
         items.extend(item for item, _ in history)
         times.extend(float(position) if stamp is None else stamp for position, (_, stamp) in enumerate(history))
-    return pd.DataFrame({"user": users, "item": items, "rating": np.nan, "timestamp": np.asarray(times, dtype=np.float64)})
+    return pd.DataFrame({"user": users, "item": items, "rating": np.nan,
+                         "timestamp": np.asarray(times, dtype=np.float64)})
 
 
 class _GenericSource(DatasetSource):

@@ -225,7 +225,8 @@ def _read_json_lines(opener: Opener, where: str, fmt: RecordFormat, context: Rea
         try:
             record = json.loads(text)
         except ValueError as error:
-            context.bad(where, line_no, f"malformed JSON ({error}); expected one {fmt.description} JSON object per line")
+            context.bad(where, line_no,
+                        f"malformed JSON ({error}); expected one {fmt.description} JSON object per line")
             continue
         if not isinstance(record, dict):
             context.bad(where, line_no, f"a JSON {type(record).__name__}; expected an object with {fields}")
@@ -313,6 +314,7 @@ def sniff_first_line(opener: Opener, where: str) -> bytes:
                 if raw.strip():
                     return raw.strip()
     except (EOFError, zlib.error, gzip.BadGzipFile) as error:
-        raise DataError(f"{where}:1: truncated or corrupt gzip stream ({error}); expected a complete .gz file") from error
+        raise DataError(f"{where}:1: truncated or corrupt gzip stream ({error}); expected "
+                        f"a complete .gz file") from error
     return b""
 

@@ -39,7 +39,8 @@ class DatasetSource:
     def __init__(self, progress: bool = False, raw_format: str | None = None):
         if raw_format is not None and raw_format not in self.formats:
             accepted = f"one of {', '.join(self.formats)}" if self.formats else "no --format (it has one format)"
-            raise DataError(f"option --format: unknown format {raw_format!r} for dataset {self.name!r}; expected {accepted}")
+            raise DataError(f"option --format: unknown format {raw_format!r} for dataset {self.name!r}; "
+                            f"expected {accepted}")
         self.progress = progress
         self.raw_format = raw_format
         self.context = ReadContext()

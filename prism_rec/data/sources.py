@@ -71,8 +71,10 @@ def load_dataset(
     raw_dir = Path(raw_dir) if raw_dir else source.default_raw_dir()
     files = source.source_files(raw_dir)
     options = {
-        "min_user_interactions": source.min_user_interactions if min_user_interactions is None else min_user_interactions,
-        "min_item_interactions": source.min_item_interactions if min_item_interactions is None else min_item_interactions,
+        "min_user_interactions": (source.min_user_interactions if min_user_interactions is None
+                                  else min_user_interactions),
+        "min_item_interactions": (source.min_item_interactions if min_item_interactions is None
+                                  else min_item_interactions),
         "split": split,
         "dedup": dedup,
     }

@@ -57,7 +57,8 @@ class Yelp(DatasetSource):
         path = files[0]
         if path.name == REVIEW_FILE:
             return read_records(path_opener(path), str(path), FORMATS["yelp-json"], context)
-        return read_records(lambda: open_member(path, REVIEW_FILE), f"{path}!{REVIEW_FILE}", FORMATS["yelp-json"], context)
+        return read_records(lambda: open_member(path, REVIEW_FILE), f"{path}!{REVIEW_FILE}", FORMATS["yelp-json"],
+                            context)
 
     def item_categories(self, files: list[Path], items: set[str], context: ReadContext) -> dict[str, str] | None:
         path = files[-1]
@@ -66,7 +67,8 @@ class Yelp(DatasetSource):
         if path.name == REVIEW_FILE:
             return None
         try:
-            return read_business_categories(lambda: open_member(path, BUSINESS_FILE), f"{path}!{BUSINESS_FILE}", context)
+            return read_business_categories(lambda: open_member(path, BUSINESS_FILE), f"{path}!{BUSINESS_FILE}",
+                                            context)
         except MissingDataError:
             return None
 
@@ -99,7 +101,8 @@ def _tar_stream(archive: Path) -> Iterator[tarfile.TarFile]:
     with contextlib.ExitStack() as stack:
         if zipfile.is_zipfile(archive):
             bundle = stack.enter_context(zipfile.ZipFile(archive))
-            inner = [info for info in bundle.infolist() if PurePosixPath(info.filename).suffix in (".tar", ".tgz", ".gz")]
+            inner = [info for info in bundle.infolist()
+                     if PurePosixPath(info.filename).suffix in (".tar", ".tgz", ".gz")]
             if not inner:
                 raise DataError(f"{archive}: no .tar member in the zip; expected the Yelp JSON archive")
             fileobj = stack.enter_context(bundle.open(inner[0]))

@@ -71,7 +71,8 @@ def chosen_rates(entries: list[dict], grid: tuple[float, ...] = LR_GRID) -> dict
     that diverged before its first validation; the newest line per (dataset, model, rate) counts)."""
     seen: dict[tuple[str, str], dict[float, float]] = {}
     for entry in entries:
-        if entry["seed"] == TUNING_SEED and entry["model"] not in UNTRAINED and entry["model"] == tuning_base(entry["model"]):
+        model = entry["model"]
+        if entry["seed"] == TUNING_SEED and model not in UNTRAINED and model == tuning_base(model):
             seen.setdefault((entry["dataset"], entry["model"]), {})[float(entry["lr"])] = entry["best_valid_auc"]
     choices = {key: choose_rate(by_rate, grid) for key, by_rate in seen.items()}
     return {key: rate for key, rate in choices.items() if rate is not None}

@@ -176,7 +176,8 @@ class InitPolicy:
 
 POLICIES: dict[str, InitPolicy] = {
     "fla": InitPolicy(
-        "fla", "fla-org/flash-linear-attention fla/models/{gated_deltanet,mamba2,transformer}/modeling_*.py _init_weights",
+        "fla",
+        "fla-org/flash-linear-attention fla/models/{gated_deltanet,mamba2,transformer}/modeling_*.py _init_weights",
         fla_backbone, normal_embedding(INITIALIZER_RANGE), normal_embedding(INITIALIZER_RANGE),
         lambda d: INITIALIZER_RANGE),
     "recbole": InitPolicy(
@@ -208,7 +209,8 @@ def policy_of(backbone: nn.Module) -> InitPolicy:
     name = getattr(type(backbone), "init_policy", None)
     if name is None:
         raise TypeError(f"backbone {type(backbone).__module__}.{type(backbone).__qualname__} declares no init_policy; "
-                        f"set the class attribute init_policy to one of {sorted(POLICIES)} (see prism_rec/models/init.py)")
+                        f"set the class attribute init_policy to one of {sorted(POLICIES)} "
+                        "(see prism_rec/models/init.py)")
     if name not in POLICIES:
         raise ValueError(f"{type(backbone).__qualname__}.init_policy = {name!r} is not one of {sorted(POLICIES)}")
     return POLICIES[name]

@@ -95,7 +95,8 @@ class PrismLayer(GatedDeltaNetLayer):
             self.b_proj = None
 
     def step_weights(self, name: str, l: int) -> torch.Tensor:
-        """The rows of the stacked projection ``name`` ("kappa" | "gain" | "step_beta") that belong to step l (0-based)."""
+        """The rows of the stacked projection ``name`` ("kappa" | "gain" | "step_beta") that belong to step l
+        (0-based)."""
         weight = getattr(self, f"{name}_proj").weight
         return weight.view(self.L, -1, weight.shape[-1])[l]
 
@@ -149,7 +150,8 @@ PRESETS = {
     "prism-nogelu": dict(nonlinearity="identity", description="PRISM ablation: no nonlinearity (GELU -> identity)"),
     "prism-noconv": dict(anchor_conv=False, description="PRISM ablation: no ShortConv in the anchor"),
     "prism-nogain": dict(gain=False, description="PRISM ablation: no gain predictor (p = 1)"),
-    "prism-eq18": dict(variant="paper-eq18", description="PRISM, paper Eq. 18 variant: no base write, erase with beta(1), kappa(1)"),
+    "prism-eq18": dict(variant="paper-eq18",
+                       description="PRISM, paper Eq. 18 variant: no base write, erase with beta(1), kappa(1)"),
 }
 
 

@@ -4,8 +4,9 @@ computed later without retraining.
 For each test case (one per test user) a run keeps the user's id and ``twice_rank``: twice the target's
 mid-rank among all items, ``2 * #items scored above + #other items tied with it`` (an integer, exact).
 The case's AUC is then ``1 - twice_rank / (2 * (n_items - 1))``, the same value metrics.rank_metrics
-averages (train.evaluate derives both from metrics.target_counts). An entry holds both arrays, zlib-compressed little-endian int32 in base64, so one JSON line
-per run stays small (about 2 bytes per test user); :func:`decode` checks what it reads.
+averages (trainer.evaluate derives both from metrics.target_counts). An entry holds both arrays,
+zlib-compressed little-endian int32 in base64, so one JSON line per run stays small (about 2 bytes per test
+user); :func:`decode` checks what it reads.
 """
 
 from __future__ import annotations

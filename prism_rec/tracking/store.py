@@ -107,7 +107,8 @@ def runs_view_url(base_url: str, experiment: str, mode: str = "TABLE") -> str:
         raise ValueError(f"runs view mode {mode!r}: expected TABLE, CHART or ARTIFACT")
     # no sort or filter of its own: with one of them in the URL the UI ignores the shared view
     query = {"workflowType": "machine_learning", "viewStateShareKey": VIEW_KEY, "compareRunsMode": mode}
-    return f"{base_url.rstrip('/')}/#/experiments/{experiment}/runs?{urllib.parse.urlencode(query, quote_via=urllib.parse.quote)}"
+    encoded = urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
+    return f"{base_url.rstrip('/')}/#/experiments/{experiment}/runs?{encoded}"
 
 
 def run_artifact_url(base_url: str, experiment: str, run_id: str, artifact: str) -> str:
@@ -132,7 +133,8 @@ def ui_links(base_url: str) -> list[tuple[str, dict[str, str]]]:
         tag_model_training(experiment.experiment_id)
         views = {name: runs_view_url(base_url, experiment.experiment_id, mode)
                  for name, mode in (("ranked runs", "TABLE"), ("charts", "CHART"), ("artifacts", "ARTIFACT"))}
-        views["newest bench"] = run_artifact_url(base_url, experiment.experiment_id, parents["run_id"].iloc[0], "auc.png")
+        views["newest bench"] = run_artifact_url(base_url, experiment.experiment_id, parents["run_id"].iloc[0],
+                                                 "auc.png")
         links.append((experiment.name, views))
     return links
 

@@ -20,7 +20,7 @@ compiled for one shape [batch_size, T]: a smaller batch (an epoch's last) is pad
 which the backbones leave at zero and which hold no target, so no shape recompiles once warm.
 The compiled encoder is used for training only; evaluation calls the eager ``model.encode``.
 ``CompiledFunction`` is the same compilation for any function of fixed shapes (the probes compile their
-model's forward and loss with it, prism_rec/probes/train.py) and ``compiled_gaps`` its check against eager.
+model's forward and loss with it, prism_rec/experiments/probes/train.py) and ``compiled_gaps`` its check against eager.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ class CompiledFunction:
             raise ValueError(f"torch.compile modes are 'inductor', 'cudagraphs' or 'graphs', not {mode!r}")
         torch._dynamo.reset()
         self.graphs = mode != "inductor"
-        options = {"backend": "cudagraphs"} if mode == "graphs" else {"mode": "reduce-overhead" if self.graphs else None}
+        options = ({"backend": "cudagraphs"} if mode == "graphs"
+                   else {"mode": "reduce-overhead" if self.graphs else None})
         if backend is not None:
             options = {"backend": backend}
         self.function = torch.compile(function, fullgraph=True, dynamic=False, **options)
@@ -121,7 +122,8 @@ def compiled_gaps(model: torch.nn.Module, eager, compiled, *inputs: torch.Tensor
         output_and_grads(compiled)
     output, grads = output_and_grads(compiled)
     if grads.keys() != eager_grads.keys():
-        raise AssertionError(f"compiled and eager gradients differ in their parameters: {sorted(grads.keys() ^ eager_grads.keys())}")
+        raise AssertionError(f"compiled and eager gradients differ in their parameters: "
+                             f"{sorted(grads.keys() ^ eager_grads.keys())}")
     gradient_gaps = {name: gap(grads[name], eager_grads[name]) for name in eager_grads}
     worst = max(gradient_gaps, key=gradient_gaps.get)
     return {"output": gap(output, eager_output), "gradients": gradient_gaps[worst], "worst": worst}

@@ -35,7 +35,8 @@ class TrainConfig:
     progress: bool = True
     backbone_options: dict = field(default_factory=dict)
     precision: str = "bf16"
-    compile: str = "off"  # the training step through torch.compile (prism_rec/training/compile.py): off, auto, inductor, cudagraphs, graphs
+    # the training step through torch.compile (prism_rec/training/compile.py): off, auto, inductor, cudagraphs, graphs
+    compile: str = "off"
 
     def validate(self) -> None:
         if self.loss not in LOSSES:

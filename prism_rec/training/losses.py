@@ -72,7 +72,8 @@ def full_softmax_loss_sum(hidden: torch.Tensor, table: torch.Tensor, targets: to
     and ``table``. ``path``: "auto" (fused on CUDA, chunked elsewhere), "fused" or "chunked".
     """
     if hidden.dim() != 2 or table.dim() != 2 or hidden.shape[1] != table.shape[1]:
-        raise ValueError(f"hidden [N, d] and table [I, d] must share d, got {tuple(hidden.shape)} and {tuple(table.shape)}")
+        raise ValueError(f"hidden [N, d] and table [I, d] must share d, got {tuple(hidden.shape)} and "
+                         f"{tuple(table.shape)}")
     if targets.shape != hidden.shape[:1]:
         raise ValueError(f"targets must have shape [N] = {tuple(hidden.shape[:1])}, got {tuple(targets.shape)}")
     positive = (hidden * table[targets]).sum(-1).float()  # [N]

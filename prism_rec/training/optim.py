@@ -46,6 +46,7 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     exempt, decayed = [], []
     for name, parameter in model.named_parameters():
         if parameter.requires_grad:
-            (exempt if exempt_from_decay(name, parameter, id(parameter) in norm_parameters) else decayed).append(parameter)
+            exempted = exempt_from_decay(name, parameter, id(parameter) in norm_parameters)
+            (exempt if exempted else decayed).append(parameter)
     return [dict(params=params, weight_decay=decay)
             for params, decay in ((exempt, 0.0), (decayed, float(weight_decay))) if params]

@@ -64,7 +64,8 @@ def test_wrong_column_count(tmp_path):
     raw = raw_copy(tmp_path, "amazon2014csv")
     path = raw / "ratings_Books.csv"
     path.write_text(path.read_text().replace("AQZH7YTWQPOBE,B00000I1BZ,4.0,50", "AQZH7YTWQPOBE,B00000I1BZ,4.0"))
-    with pytest.raises(DataError, match=r"ratings_Books\.csv:2: 3 column\(s\); expected 4 \(user,item,rating,timestamp"):
+    with pytest.raises(DataError,
+                       match=r"ratings_Books\.csv:2: 3 column\(s\); expected 4 \(user,item,rating,timestamp"):
         load("books", raw, tmp_path)
     dataset = load("books", raw, tmp_path, skip_bad_lines=True)
     assert dataset.options["skipped_lines"] == 1
@@ -82,7 +83,8 @@ def test_unknown_format(tmp_path):
 
 
 def test_empty_after_filtering(tmp_path):
-    with pytest.raises(DataError, match=r"reviews_Books_5\.json\.gz: no interactions left after filtering \(users >= 9"):
+    with pytest.raises(DataError,
+                       match=r"reviews_Books_5\.json\.gz: no interactions left after filtering \(users >= 9"):
         load("books", FIXTURES / "amazon2014", tmp_path, min_user_interactions=9)
     assert not (tmp_path / "processed").exists()
 
@@ -231,7 +233,8 @@ def test_fewer_than_two_test_users_is_refused(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
     (raw / "one.txt").write_text("u1 a b c d e\n")
-    with pytest.raises(DataError, match=r"one\.txt: 1 test user\(s\) after filtering and the loo split \(1 user\(s\)\); "
+    with pytest.raises(DataError,
+                       match=r"one\.txt: 1 test user\(s\) after filtering and the loo split \(1 user\(s\)\); "
                                         r"expected a validation case and at least 2 test users"):
         load("sequence-text", raw, tmp_path)
     assert not (tmp_path / "processed").exists()

@@ -60,7 +60,8 @@ def test_download_records_and_verifies_lock(server, tmp_path):
     dest, lock = tmp_path / "raw" / "file.bin", tmp_path / "download.lock.json"
     download(f"{server}/file.bin", dest, lock, timeout=5)
     assert dest.read_bytes() == PAYLOAD
-    assert json.loads(lock.read_text()) == {"file.bin": {"sha256": hashlib.sha256(PAYLOAD).hexdigest(), "size": len(PAYLOAD)}}
+    assert json.loads(lock.read_text()) == {"file.bin": {"sha256": hashlib.sha256(PAYLOAD).hexdigest(),
+                                                         "size": len(PAYLOAD)}}
     assert list(dest.parent.iterdir()) == [dest]
     download(f"{server}/file.bin", dest, lock, timeout=5)  # present and matching: no request
     assert Handler.requests == [None]

@@ -84,7 +84,8 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
         cli("data", "prepare", "--dataset", "movies", "--raw-dir", str(tmp_path), "--no-progress")
     with pytest.raises(SystemExit, match=r"^error: unknown dataset 'nope'"):
         cli("data", "download", "--dataset", "nope")
-    with pytest.raises(SystemExit, match=r"^error: https?://127\.0\.0\.1:9/reviews_Movies_and_TV_5\.json\.gz: cannot download"):
+    with pytest.raises(SystemExit,
+                       match=r"^error: https?://127\.0\.0\.1:9/reviews_Movies_and_TV_5\.json\.gz: cannot download"):
         cli("data", "download", "--dataset", "movies", "--raw-dir", str(tmp_path), "--base-url", "http://127.0.0.1:9",
             "--lock", str(tmp_path / "lock.json"), "--timeout", "2")
     with pytest.raises(SystemExit, match=r"^error: yelp: no review file\. Yelp requires accepting its licence"):

@@ -26,7 +26,8 @@ def test_shared_subset_sizes(name, expected, tmp_path):
 
 
 def test_gerec_history_is_test_prefix_plus_basket(tmp_path):
-    dataset = load_dataset("electronics-gerec", processed_dir=tmp_path, min_user_interactions=3, min_item_interactions=1)
+    dataset = load_dataset("electronics-gerec", processed_dir=tmp_path, min_user_interactions=3,
+                           min_item_interactions=1)
     user = dataset.user_ids.tolist().index("1")
     items = dataset.item_ids[dataset.sequence(user)].tolist()
     assert items == [str(item) for item in range(23, 49)]  # test prefix 23..43 plus basket 44..48

@@ -42,7 +42,8 @@ def test_explicit_format(folder, fmt, tmp_path):
 
 
 def test_dedup_first_and_fixed_point(tmp_path):
-    assert sequences(load("books", "amazon2014", tmp_path, dedup="first")) == {A1: [I1, I3, I4, I2], A2: [I2, I1, I3, I4]}
+    deduplicated = load("books", "amazon2014", tmp_path, dedup="first")
+    assert sequences(deduplicated) == {A1: [I1, I3, I4, I2], A2: [I2, I1, I3, I4]}
     # items >= 2: i5 (A3 only) goes; A3 keeps 1 interaction and goes; every other item still has >= 2.
     assert sequences(load("books", "amazon2014", tmp_path, min_item_interactions=2)) == SEQUENCES
 
@@ -69,7 +70,8 @@ def test_time_split(tmp_path):
     assert dataset.test_cases.tolist() == [[0, 3], [0, 4]]
     # no validation case and one test user: a bench would report the rank of one user as a test AUC
     with pytest.raises(DataError, match=r"reviews_Books_5\.json\.gz: no validation case after filtering and the "
-                                        r"time split \(2 user\(s\)\); expected a validation case and at least 2 test users"):
+                                        r"time split \(2 user\(s\)\); expected a validation case and at least 2 "
+                                        r"test users"):
         load("books", "amazon2014", tmp_path, split="time", use_cache=True)
     assert list(tmp_path.iterdir()) == []  # nothing cached
 

@@ -34,13 +34,15 @@ def run_with_grads(inputs, backend, seed=1):
     gen = torch.Generator().manual_seed(seed)
     d_o = torch.randn(o.shape, generator=gen).to(o.device)
     d_state = torch.randn(state.shape, generator=gen).to(o.device)
-    grads = torch.autograd.grad((o.float() * d_o).sum() + (state * d_state).sum(), [inputs[n] for n in INPUT_NAMES if inputs[n] is not None])
+    grads = torch.autograd.grad((o.float() * d_o).sum() + (state * d_state).sum(),
+                                [inputs[n] for n in INPUT_NAMES if inputs[n] is not None])
     names = [n for n in INPUT_NAMES if inputs[n] is not None]
     return {"o": o.detach(), "final_state": state.detach(), **{"d_" + n: gr for n, gr in zip(names, grads)}}
 
 
 def relative_error(actual, expected):
-    return ((actual.float() - expected.float()).norm() / expected.float().norm().clamp_min(1.0)).item()  # absolute when the reference norm is below 1 (e.g. d_g = 0 at T = 1)
+    # absolute when the reference norm is below 1 (e.g. d_g = 0 at T = 1)
+    return ((actual.float() - expected.float()).norm() / expected.float().norm().clamp_min(1.0)).item()
 
 
 def assert_close_to(actual, expected, rtol):

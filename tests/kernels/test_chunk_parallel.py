@@ -20,7 +20,8 @@ def test_chunk_parallel_matches_naive(T, L, with_beta):
     """L = 0 with beta is Gated DeltaNet, L >= 1 PRISM, beta None SSD / gated linear attention; T = 17 and
     70 end inside a chunk (of 16 by default) and span two and five."""
     with_initial_state = (T + L) % 2 == 0  # both for every T and L
-    inputs = make_inputs(T=T, L=L, with_beta=with_beta, with_initial_state=with_initial_state, **SHAPE, seed=T + 7 * L, device=DEVICE)
+    inputs = make_inputs(T=T, L=L, with_beta=with_beta, with_initial_state=with_initial_state, **SHAPE, seed=T + 7 * L,
+                         device=DEVICE)
     assert_close_to(run_with_grads(inputs, "chunk_parallel"), run_with_grads(inputs, "naive"), rtol=1e-4)
 
 
@@ -30,13 +31,16 @@ def test_chunk_parallel_block_sizes_agree_with_naive(chunk_size, value_block, mo
     from prism_rec.kernels import chunk_parallel
 
     monkeypatch.setattr(chunk_parallel, "chunk_parallel_delta_scan",
-                        functools.partial(chunk_parallel.chunk_parallel_delta_scan, chunk_size=chunk_size, value_block=value_block))
-    inputs = make_inputs(B=1, T=70, H=2, K=16, V=32, L=2, with_beta=True, with_initial_state=True, seed=5, device=DEVICE)
+                        functools.partial(chunk_parallel.chunk_parallel_delta_scan, chunk_size=chunk_size,
+                                          value_block=value_block))
+    inputs = make_inputs(B=1, T=70, H=2, K=16, V=32, L=2, with_beta=True, with_initial_state=True, seed=5,
+                         device=DEVICE)
     assert_close_to(run_with_grads(inputs, "chunk_parallel"), run_with_grads(inputs, "naive"), rtol=1e-4)
 
 
 def test_chunk_parallel_matches_naive_at_head_width_64():
-    inputs = make_inputs(B=1, T=40, H=1, K=64, V=64, L=3, with_beta=True, with_initial_state=True, seed=3, device=DEVICE)
+    inputs = make_inputs(B=1, T=40, H=1, K=64, V=64, L=3, with_beta=True, with_initial_state=True, seed=3,
+                         device=DEVICE)
     assert_close_to(run_with_grads(inputs, "chunk_parallel"), run_with_grads(inputs, "naive"), rtol=1e-4)
 
 
@@ -44,8 +48,9 @@ def test_chunk_parallel_bf16_inputs_close_to_fp32_reference():
     """bf16 q, k, v and extra writes (fp32 g, beta, initial state): outputs and gradients within bf16 rounding."""
     inputs = make_inputs(T=40, L=2, with_beta=True, with_initial_state=True, **SHAPE, seed=11, device=DEVICE)
     reference = run_with_grads(inputs, "naive")
-    bf16 = {n: None if x is None else (x.detach().to(torch.bfloat16) if n in ("q", "k", "v", "extra_k", "extra_v") else x.detach()).requires_grad_()
-            for n, x in inputs.items()}
+    low_precision = ("q", "k", "v", "extra_k", "extra_v")
+    bf16 = {n: None if x is None else (x.detach().to(torch.bfloat16) if n in low_precision else x.detach())
+            .requires_grad_() for n, x in inputs.items()}
     assert_close_to(run_with_grads(bf16, "chunk_parallel"), reference, rtol=2e-2)
 
 

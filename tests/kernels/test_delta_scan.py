@@ -23,7 +23,8 @@ SHAPE = dict(B=2, H=3, K=8, V=12)
 
 @pytest.mark.parametrize("T, L, with_beta, with_initial_state", [
     (T, L, with_beta, with_init)
-    for T, L, (with_beta, with_init) in itertools.product((1, 17, 63, 130), (0, 1, 2, 3), itertools.product((True, False), repeat=2))
+    for T, L, (with_beta, with_init) in itertools.product((1, 17, 63, 130), (0, 1, 2, 3),
+                                                          itertools.product((True, False), repeat=2))
 ])
 def test_torch_matches_naive(T, L, with_beta, with_initial_state):
     inputs = make_inputs(T=T, L=L, with_beta=with_beta, with_initial_state=with_initial_state, **SHAPE, seed=T + 7 * L)
@@ -34,7 +35,8 @@ def test_torch_matches_naive(T, L, with_beta, with_initial_state):
 @pytest.mark.parametrize("T, L, with_beta", list(itertools.product((1, 17, 63, 130), (0, 1, 2, 3), (True, False))))
 def test_triton_matches_naive(T, L, with_beta):
     with_initial_state = (T + L) % 2 == 1  # half the cases, covering both for every T and L
-    inputs = make_inputs(T=T, L=L, with_beta=with_beta, with_initial_state=with_initial_state, **SHAPE, seed=T + 7 * L, device=device_for("triton"))
+    inputs = make_inputs(T=T, L=L, with_beta=with_beta, with_initial_state=with_initial_state, **SHAPE, seed=T + 7 * L,
+                         device=device_for("triton"))
     assert_close_to(run_with_grads(inputs, "triton"), run_with_grads(inputs, "naive"), rtol=1e-4)
 
 
@@ -46,8 +48,11 @@ def test_triton_block_sizes_agree_with_naive(chunk_size, value_block, monkeypatc
 
     from prism_rec.kernels import triton_chunk
 
-    monkeypatch.setattr(triton_chunk, "triton_delta_scan", functools.partial(triton_chunk.triton_delta_scan, chunk_size=chunk_size, value_block=value_block))
-    inputs = make_inputs(B=1, T=70, H=2, K=16, V=32, L=2, with_beta=True, with_initial_state=True, device=device_for("triton"))
+    monkeypatch.setattr(triton_chunk, "triton_delta_scan",
+                        functools.partial(triton_chunk.triton_delta_scan, chunk_size=chunk_size,
+                                          value_block=value_block))
+    inputs = make_inputs(B=1, T=70, H=2, K=16, V=32, L=2, with_beta=True, with_initial_state=True,
+                         device=device_for("triton"))
     assert_close_to(run_with_grads(inputs, "triton"), run_with_grads(inputs, "naive"), rtol=1e-4)
 
 
@@ -64,7 +69,8 @@ def test_chunk_length_rule():
     """Chunks of 16 up to key width 64 (timed faster there), else 32 once T > 16."""
     from prism_rec.kernels.triton_chunk import _block_sizes
 
-    assert [_block_sizes(T, K, 64)[0] for T, K in ((200, 32), (200, 16), (200, 64), (200, 128), (12, 128))] == [16, 16, 16, 32, 16]
+    assert [_block_sizes(T, K, 64)[0] for T,
+            K in ((200, 32), (200, 16), (200, 64), (200, 128), (12, 128))] == [16, 16, 16, 32, 16]
 
 
 @pytest.mark.parametrize("backend", SCAN_BACKENDS)
@@ -80,7 +86,8 @@ def test_left_padding_leaves_state_unchanged(backend, with_beta):
             x[:, :pad] = torch.randn_like(x[:, :pad]) if name in ("q", "beta") else 0.0
             padded[name] = x
     _, state_padded = delta_scan(**padded, output_final_state=True, backend=backend)
-    o_tail, state_tail = delta_scan(**{n: x if x is None or n == "initial_state" else x[:, pad:] for n, x in padded.items()}, output_final_state=True, backend=backend)
+    unpadded = {n: x if x is None or n == "initial_state" else x[:, pad:] for n, x in padded.items()}
+    o_tail, state_tail = delta_scan(**unpadded, output_final_state=True, backend=backend)
     o_full, _ = delta_scan(**padded, output_final_state=True, backend=backend)
     torch.testing.assert_close(state_padded, state_tail, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(o_full[:, pad:], o_tail, rtol=1e-5, atol=1e-5)
@@ -89,7 +96,8 @@ def test_left_padding_leaves_state_unchanged(backend, with_beta):
 @pytest.mark.parametrize("backend", SCAN_BACKENDS)
 @pytest.mark.parametrize("with_beta", [True, False])
 def test_extra_write_reaches_every_output(backend, with_beta):
-    inputs = make_inputs(B=1, T=70, H=2, K=8, V=12, L=3, with_beta=with_beta, with_initial_state=False, device=device_for(backend))
+    inputs = make_inputs(B=1, T=70, H=2, K=8, V=12, L=3, with_beta=with_beta, with_initial_state=False,
+                         device=device_for(backend))
     inputs = {n: None if x is None else x.detach() for n, x in inputs.items()}
     o_with, _ = delta_scan(**inputs, backend=backend)
     o_without, _ = delta_scan(**{**inputs, "extra_k": None, "extra_v": None}, backend=backend)
@@ -98,7 +106,8 @@ def test_extra_write_reaches_every_output(backend, with_beta):
 
 
 def test_final_state_only_when_asked_and_output_dtype():
-    inputs = {n: None if x is None else x.detach().to(torch.bfloat16) for n, x in make_inputs(T=5, L=1, with_beta=True, with_initial_state=False, **SHAPE).items()}
+    inputs = {n: None if x is None else x.detach().to(torch.bfloat16) for n,
+              x in make_inputs(T=5, L=1, with_beta=True, with_initial_state=False, **SHAPE).items()}
     o, state = delta_scan(**inputs, backend="torch")
     assert state is None and o.dtype == torch.bfloat16
     _, state = delta_scan(**inputs, output_final_state=True, backend="torch")
@@ -106,7 +115,8 @@ def test_final_state_only_when_asked_and_output_dtype():
 
 
 def test_default_scale_is_inverse_sqrt_key_dim():
-    inputs = {n: None if x is None else x.detach() for n, x in make_inputs(T=6, L=0, with_beta=True, with_initial_state=False, **SHAPE).items()}
+    inputs = {n: None if x is None else x.detach() for n,
+              x in make_inputs(T=6, L=0, with_beta=True, with_initial_state=False, **SHAPE).items()}
     o_default, _ = delta_scan(**inputs, backend="naive")
     o_explicit, _ = delta_scan(**inputs, scale=8 ** -0.5, backend="naive")
     torch.testing.assert_close(o_default, o_explicit)
@@ -121,7 +131,8 @@ def test_default_scale_is_inverse_sqrt_key_dim():
     ("initial_state", (2, 3, 12, 8), "initial_state must have shape"),
 ])
 def test_shape_errors_name_the_argument(name, bad_shape, message):
-    inputs = {n: None if x is None else x.detach() for n, x in make_inputs(T=5, L=1, with_beta=True, with_initial_state=True, **SHAPE).items()}
+    inputs = {n: None if x is None else x.detach() for n,
+              x in make_inputs(T=5, L=1, with_beta=True, with_initial_state=True, **SHAPE).items()}
     inputs[name] = torch.zeros(bad_shape)
     with pytest.raises(ValueError, match=message):
         delta_scan(**inputs)
@@ -130,13 +141,15 @@ def test_shape_errors_name_the_argument(name, bad_shape, message):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs CPU tensors with no CUDA device")
 def test_triton_on_cpu_without_interpreter_is_rejected(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    inputs = {n: None if x is None else x.detach() for n, x in make_inputs(T=5, L=0, with_beta=True, with_initial_state=False, **SHAPE).items()}
+    inputs = {n: None if x is None else x.detach() for n,
+              x in make_inputs(T=5, L=0, with_beta=True, with_initial_state=False, **SHAPE).items()}
     with pytest.raises(ValueError, match="CUDA"):
         delta_scan(**inputs, backend="triton")
 
 
 def test_unknown_backend_and_lonely_extra_are_rejected():
-    inputs = {n: None if x is None else x.detach() for n, x in make_inputs(T=5, L=1, with_beta=True, with_initial_state=False, **SHAPE).items()}
+    inputs = {n: None if x is None else x.detach() for n,
+              x in make_inputs(T=5, L=1, with_beta=True, with_initial_state=False, **SHAPE).items()}
     with pytest.raises(ValueError, match="backend"):
         delta_scan(**inputs, backend="cuda")
     with pytest.raises(ValueError, match="together"):

@@ -108,8 +108,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     probe = subparsers.add_parser("probe", help="train mechanistic probes (paper Table 4), write results/probes.md",
                                   description=__doc__)
     probe.add_argument("--grid", action="store_true",
-                       help="train the v2 grid (prism_rec/probes/grid.py) in its priority order and write its "
-                            "report; --tasks, --models, --seeds and --profile are not read, setting options refused")
+                       help="train the v2 grid (prism_rec/experiments/probes/grid.py) in its priority order and "
+                            "write its report; --tasks, --models, --seeds and --profile are not read, setting "
+                            "options refused")
     probe.add_argument("--tasks", default="all", help="comma list of probe tasks, or 'all'")
     probe.add_argument("--models", default=DEFAULT_MODELS,
                        help="comma list of backbones, options after colons (prism:L=2); default: %(default)s")
@@ -123,8 +124,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     probe.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N, or a list "
                        "cuda:0,cuda:1 (worker i on the i-th, cyclically)")
     probe.add_argument("--compile", choices=COMPILE_MODES, default="graphs",
-                       help="the training step's compile mode (prism_rec/training/compile.py): graphs (the default: the "
-                            "eager kernels replayed as CUDA graphs, seconds to compile; off on CPU), off, "
+                       help="the training step's compile mode (prism_rec/training/compile.py): graphs (the "
+                            "default: the eager kernels replayed as CUDA graphs, seconds to compile; off on CPU), off, "
                             "inductor, cudagraphs (inductor + CUDA graphs; inductor on CPU), auto (cudagraphs on "
                             "CUDA, off on CPU)")
     probe.add_argument("--check-compile", action="store_true",

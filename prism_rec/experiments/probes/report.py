@@ -190,7 +190,7 @@ def write_grid_report(out_dir: Path, command: str, unfinished: list[str]) -> Pat
     lines = [
         "# Mechanistic probes v2: final-token accuracy over three seeds",
         "",
-        f"Generated from `{Path(out_dir).name}/probes_manifest.jsonl` by `prism_rec/probes/report.py`; "
+        f"Generated from `{Path(out_dir).name}/probes_manifest.jsonl` by `prism_rec/experiments/probes/report.py`; "
         f"{len(found.entries)} of the {len(runs)} planned runs have finished.",
         "",
         "**Initialisation.** The reference initialisation of the headline issue has landed "

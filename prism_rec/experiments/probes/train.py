@@ -139,7 +139,8 @@ def train_probe(job: ProbeJob) -> dict:
     while step < settings.steps:
         if time.time() >= job.deadline:
             buffer = io.BytesIO()
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng.bit_generator.state,
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "rng": rng.bit_generator.state,
                         "step": step, "elapsed": elapsed + time.time() - started, "loss_curve": loss_curve}, buffer)
             return {"status": "paused", "step": step, "checkpoint": buffer.getvalue()}
         tokens, targets = _final_batch(job.task, rng, settings.batch_size, settings, device)
