@@ -46,7 +46,7 @@ NONLINEARITIES = ("gelu", "identity")
 VARIANTS = ("canonical", "paper-eq18")
 
 
-def switch(value, name: str) -> bool:
+def parse_on_off(value, name: str) -> bool:
     """Accept True/False or "on"/"off" (and "true"/"false", "1"/"0") for an on/off option."""
     if isinstance(value, bool):
         return value
@@ -79,8 +79,8 @@ class PrismLayer(GatedDeltaNetLayer):
             raise ValueError("variant paper-eq18 erases with beta(1), kappa(1) and needs L >= 1")
         self.L = L
         self.nonlinearity = nonlinearity
-        self.anchor_conv = switch(anchor_conv, "anchor_conv")
-        self.gain = switch(gain, "gain")
+        self.anchor_conv = parse_on_off(anchor_conv, "anchor_conv")
+        self.gain = parse_on_off(gain, "gain")
         self.variant = variant
         H, K, V = self.n_heads, self.head_k_dim, self.head_v_dim
         if L > 0:
