@@ -35,7 +35,7 @@ def test_readme_example_backbone_is_discovered_and_keeps_the_contract(tmp_path):
                                  check=True).stdout
         assert "causal-cnn" in listing
         contract = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", str(ROOT / "tests" / "test_backbone_contract.py"), "-k",
+            [sys.executable, "-m", "pytest", "-q", str(ROOT / "tests" / "models" / "test_backbone_contract.py"), "-k",
              "causal-cnn"],
             capture_output=True, text=True, cwd=tmp_path,
         )

@@ -4,7 +4,7 @@
 child run of each world size in the dataset's experiment, and writes training tokens/s, the scaling efficiency
 (tokens/s with N processes / (N x tokens/s with 1)) and test AUC of each run, with the
 difference against the single-process run beside the tolerance the CPU test holds two gloo processes to
-(tests/test_ddp.py). An older 1-process run of the same settings, commit and machine is shown as a
+(tests/training/test_ddp.py). An older 1-process run of the same settings, commit and machine is shown as a
 ``repeat``: its gap to the newest is the run-to-run spread. benchmarks/scaling_gpu.sh runs the benchmarks
 and then this report.
 """
@@ -20,7 +20,7 @@ from ..files import write_atomically
 from ..tracking.markdown import pipe_table
 from ..tracking.store import experiment_id
 
-AUC_TOLERANCE = 1e-4  # the bound tests/test_ddp.py asserts for 2 gloo processes against 1 (dropout 0)
+AUC_TOLERANCE = 1e-4  # the bound tests/training/test_ddp.py asserts for 2 gloo processes against 1 (dropout 0)
 
 
 def newest_runs_by_world_size(dataset: str) -> pd.DataFrame:

@@ -111,7 +111,7 @@ def rescale_residual(projections: Iterable[nn.Linear], n_residuals: int) -> None
         nn.init.kaiming_uniform_(projection.weight, a=math.sqrt(5))
         with torch.no_grad():
             projection.weight /= math.sqrt(n_residuals)
-        projection.weight._residual_rescale = n_residuals  # read by tests/test_init.py
+        projection.weight._residual_rescale = n_residuals  # read by tests/models/test_init.py
 
 
 def normal_rule(types: tuple) -> Callable[..., None]:

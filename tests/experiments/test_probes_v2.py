@@ -7,8 +7,6 @@ import math
 import time
 
 import pytest
-import test_backbone_contract as contract
-import test_init
 import torch
 import torch.nn.functional as F
 
@@ -22,6 +20,8 @@ from prism_rec.experiments.probes.report import write_grid_report
 from prism_rec.experiments.probes.runner import run_probes
 from prism_rec.experiments.probes.tasks import TASKS
 from prism_rec.registry import list_backbones
+from tests.models import test_backbone_contract as contract
+from tests.models import test_init
 
 PRESET = "transformer-authors-probe"
 

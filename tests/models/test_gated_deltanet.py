@@ -1,6 +1,6 @@
 """Gated DeltaNet: a per-token reference written from the equations (no chunking, no delta_scan), init, options.
 
-The helpers here (causal conv at one position, per-head norms) are reused by tests/test_prism.py.
+The helpers here (causal conv at one position, per-head norms) are reused by tests/models/test_prism.py.
 """
 
 import math

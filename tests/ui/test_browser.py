@@ -2,7 +2,7 @@
 the test reads what the browser rendered (its DOM): the ranked runs view shows the child runs with their
 test AUC, best first, in the model-training view; the chart view shows the AUC charts; the newest bench's
 page renders its comparison artifacts. Screenshots go to build/ui/. Not part of `make test`; skipped
-without chromium (tests/test_mlflow_ui.py checks the tags and links without a browser)."""
+without chromium (tests/tracking/test_mlflow_ui.py checks the tags and links without a browser)."""
 
 import os
 import re
@@ -22,7 +22,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
     pytest.mark.skipif(not os.environ.get("PRISM_REC_TEST_UI"), reason="browser test: run it with `make test-ui`"),
     pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium); "
-                                                "tests/test_mlflow_ui.py still checks the tags and links"),
+                                                "tests/tracking/test_mlflow_ui.py still checks the tags and links"),
 ]
 
 

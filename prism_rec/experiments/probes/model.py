@@ -2,8 +2,8 @@
 
 Backbones come from the main registry (``prism_rec.registry``) or from ``PROBE_BACKBONES``, the presets
 built for the probes alone: ``transformer-authors-probe``, the Transformer of the authors' probe script
-(baselines/authors_probe_transformer.py). It keeps the backbone contract (tests/test_probes_v2.py runs
-tests/test_backbone_contract.py and the init check on it) but stays out of the main registry, so that
+(baselines/authors_probe_transformer.py). It keeps the backbone contract (tests/experiments/test_probes_v2.py runs
+tests/models/test_backbone_contract.py and the init check on it) but stays out of the main registry, so that
 ``prism-rec headline run --models all`` does not train it on the recommendation grid.
 """
 
