@@ -51,6 +51,7 @@ from prism_rec.data.batching import training_windows
 from prism_rec.data.core import MissingDataError
 from prism_rec.data.sources import load_dataset
 from prism_rec.files import write_atomically
+from prism_rec.tracking.markdown import pipe_table
 from prism_rec.training.losses import full_softmax_loss_sum, resolve_path
 from prism_rec.registry import backbone_entry, get_dataset, list_backbones
 from prism_rec.tracking.store import machine_description, triton_version
@@ -372,13 +373,11 @@ def step_markdown(rows: list[dict], profiles: list[dict], solo_rows: list[dict],
             continue
         columns = list(dict.fromkeys((r["seq_len"], r["n_items"], r["loss_path"], r["compile"]) for r in own))
         cells = {(r["model"], r["seq_len"], r["n_items"], r["loss_path"], r["compile"]): r for r in own}
+        table = [[model, *(ms_cell(cells.get((model, *column))) for column in columns)]
+                 for model in dict.fromkeys(r["model"] for r in own)]
         lines += [f"## {title}: median ms per step (peak GiB)", "",
-                  "| backbone | " + " | ".join(f"T {t}, {i:,} items, {p}, compile {c}" for t, i, p,
-                                               c in columns) + " |",
-                  "|---|" + "---:|" * len(columns)]
-        for model in dict.fromkeys(r["model"] for r in own):
-            lines.append(f"| {model} | " + " | ".join(ms_cell(cells.get((model, *column))) for column in columns)
-                         + " |")
+                  pipe_table(["backbone", *(f"T {t}, {i:,} items, {p}, compile {c}" for t, i, p, c in columns)], table,
+                             align="l" + "r" * len(columns))]
         warmups = [f"{r['model']} T {r['seq_len']} {r['compile']} {r['warmup_s']}" for r in own
                    if r["status"] == "ok" and r["compile"] != "off"]
         lines += ["", *speedup_lines(own)]
@@ -388,25 +387,25 @@ def step_markdown(rows: list[dict], profiles: list[dict], solo_rows: list[dict],
     if profiles:
         lines += ["## Where the time goes (torch.profiler; top operators by device time, ms per step)", "",
                   "Wall ms far above device ms: the step waits on launches and Python, not on the GPU.", "",
-                  "| backbone | shape | compile | wall ms/step | device ms/step "
-                  "| GPU kernels (CPU: operator calls)/step | top operators |",
-                  "|---|---|---|---:|---:|---:|---|"]
-        lines += [f"| {p['model']} | T {p['seq_len']}, {p['loss_path']} | {p['compile']} | {p['wall_ms']} | "
-                  f"{p['device_ms']} | {p['launches']} | {p['top']} |" for p in profiles]
+                  pipe_table(["backbone", "shape", "compile", "wall ms/step", "device ms/step",
+                              "GPU kernels (CPU: operator calls)/step", "top operators"],
+                             [[p["model"], f"T {p['seq_len']}, {p['loss_path']}", p["compile"], str(p["wall_ms"]),
+                               str(p["device_ms"]), str(p["launches"]), str(p["top"])] for p in profiles],
+                             align="lllrrrl")]
         lines.append("")
     if solo_rows:
         modes = list(dict.fromkeys(r["compile"] for r in solo_rows))
         solo = {(r["dataset"], r["model"], r["compile"]): r for r in solo_rows}
-        lines += ["## Solo training throughput on real windows: tokens/s (ms per step)", "",
-                  "| dataset | backbone | " + " | ".join(f"compile {m}" for m in modes) + " |",
-                  "|---|---|" + "---:|" * len(modes)]
+        table = []
         for dataset, model in dict.fromkeys((r["dataset"], r["model"]) for r in solo_rows):
             cells = [solo.get((dataset, model, m)) for m in modes]
-            values = ["failed or skipped" if c is None else f"{float(c['tokens_per_s']):,.0f} "
-                      f"({float(c['step_ms']):.1f})"
-                      for c in cells]
-            lines.append(f"| {dataset} | {model} | " + " | ".join(values) + " |")
-        lines += ["", *grid_speedup_lines(solo_rows), ""]
+            table.append([dataset, model, *("failed or skipped" if c is None else
+                                            f"{float(c['tokens_per_s']):,.0f} ({float(c['step_ms']):.1f})"
+                                            for c in cells)])
+        lines += ["## Solo training throughput on real windows: tokens/s (ms per step)", "",
+                  pipe_table(["dataset", "backbone", *(f"compile {m}" for m in modes)], table,
+                             align="ll" + "r" * len(modes)),
+                  "", *grid_speedup_lines(solo_rows), ""]
     return "\n".join(lines)
 
 

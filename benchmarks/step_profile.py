@@ -26,6 +26,7 @@ from prism_rec.data.batching import training_windows
 from prism_rec.data.sources import load_dataset
 from prism_rec.files import write_atomically
 from prism_rec.experiments.headline.protocol import training_config
+from prism_rec.tracking.markdown import pipe_table
 from prism_rec.tracking.store import machine_description
 from prism_rec.training.trainer import NextItemObjective, build_model, set_seed
 from prism_rec.training.devices import resolve_device
@@ -108,12 +109,11 @@ def main() -> None:
         "Headline settings (d_model 64, 2 layers, batch 256, bf16 "
         f"autocast on CUDA); one step = forward, backward, AdamW. Device time = {unit} time per step.",
         "",
-        f"| backbone | wall ms/step | device ms/step | "
-        f"{'kernel launches' if device.type == 'cuda' else 'operator calls'}"
-        f"/step | tokens in the first batch | top operators (device ms/step) |",
-        "|---|---:|---:|---:|---:|---|",
-        *(f"| {r['backbone']} | {r['wall_ms']:.1f} | {r['device_ms']:.1f} | {r['launches']:.0f} | {r['tokens']:,} | "
-          f"{r['top']} |" for r in rows),
+        pipe_table(["backbone", "wall ms/step", "device ms/step",
+                    f"{'kernel launches' if device.type == 'cuda' else 'operator calls'}/step",
+                    "tokens in the first batch", "top operators (device ms/step)"],
+                   [[r["backbone"], f"{r['wall_ms']:.1f}", f"{r['device_ms']:.1f}", f"{r['launches']:.0f}",
+                     f"{r['tokens']:,}", str(r["top"])] for r in rows], align="lrrrrl"),
         "",
     ]
     text = "\n".join(lines)
