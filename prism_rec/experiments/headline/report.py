@@ -226,6 +226,15 @@ def capped(run: dict) -> bool:
     return run["epochs_run"] >= run["epochs"]
 
 
+TEMPLATES = Path(__file__).with_name("templates")  # the prose of the report, with $names for computed values
+
+
+def fill(template: str, **values) -> str:
+    """The text of templates/<template> (without the file's final newline) with ``values`` in place of its
+    $names."""
+    return string.Template((TEMPLATES / template).read_text().removesuffix("\n")).substitute(values)
+
+
 def made_by(sources: str) -> str:
     return f"Made by `{COMMAND}` from {sources}."
 
@@ -288,12 +297,8 @@ def paired_table(grid: Grid, dataset: str) -> str:
                        "verdict"], rows, align="lrrrl")
 
 
-PAIRED_NOTE = ("Paired differences: each model's per-user test AUC averaged over its seeds, then the mean over "
-               "test users of the difference, with a 95% percentile bootstrap over test users in which both "
-               f"models take the same resample ({N_RESAMPLES:,} resamples, seed 0; bootstrap.py). ✱ marks an interval "
-               "that excludes 0; \"within noise\" where it holds 0. The interval measures test-user sampling with "
-               "the seeds averaged out, not seed-to-seed training variance (the std column gives that); the "
-               "Wilcoxon signed-rank p on the per-user differences is a second figure.")
+def paired_note() -> str:
+    return fill("paired_note.md", n_resamples=f"{N_RESAMPLES:,}")
 
 
 def mean_ranks(cells: dict, models: list[str]) -> dict[str, tuple[float, int]]:
@@ -516,20 +521,13 @@ def v1_comparison(grid: Grid, v1_entries: list[dict]) -> list[str]:
     table_runs = [run for cell in grid.cells.values() if cell.model != FLOOR for run in cell.runs]
     late = [run for run in table_runs if run["best_epoch"] > V1_SETTINGS["epochs"]]
     patient = [run for run in table_runs if run["best_epoch"] > 3 * V1_SETTINGS["patience"]]
-    lines += ["", "Why the numbers moved (v1: results/v1/README.md):",
-              "- **Initialisation.** v1 left the backbones at PyTorch's default initialisation, which kept the "
-              "delta-rule and SSM runs (gated_deltanet, mamba2, prism and its presets) on the item-popularity "
-              "plateau in many seeds; v2 initialises every backbone by its own rule.",
-              f"- **Tuning.** v1 trained everything at lr {V1_SETTINGS['lr']:g}; v2 tunes the rate per (dataset, base "
-              f"backbone) on seed 0 over {', '.join(f'{r:g}' for r in tuning.LR_GRID)}. Cells that chose another rate "
-              f"than {V1_SETTINGS['lr']:g}: {len(other_rate)} of {len(grid.choices)}"
-              + (f" ({', '.join(other_rate)})." if other_rate else "."),
-              f"- **Patience and cap.** v1 stopped after {V1_SETTINGS['patience']} epochs without improvement, at most "
-              f"{V1_SETTINGS['epochs']}; v2 after {SETTINGS['patience']}, at most {SETTINGS['epochs']}. Table runs "
-              f"whose best epoch came after v1's cap of {V1_SETTINGS['epochs']}: {len(late)} of {len(table_runs)}; "
-              f"after epoch {3 * V1_SETTINGS['patience']} (where v1's plateau runs had stopped): {len(patient)}.",
-              "- **Datasets.** movies-long is new in v2 (the paper's Movies domain); pop is a new row."]
-    return lines
+    changes = fill("v1_changes.md", v1_lr=f"{V1_SETTINGS['lr']:g}", lr_grid=", ".join(f"{r:g}" for r in tuning.LR_GRID),
+                   other_rates=len(other_rate), cells=len(grid.choices),
+                   other_rate_list=f" ({', '.join(other_rate)})." if other_rate else ".",
+                   v1_patience=V1_SETTINGS["patience"], v1_epochs=V1_SETTINGS["epochs"],
+                   patience=SETTINGS["patience"], epochs=SETTINGS["epochs"], late=len(late),
+                   table_runs=len(table_runs), plateau_epoch=3 * V1_SETTINGS["patience"], patient=len(patient))
+    return [*lines, "", changes]
 
 
 def tuning_table(grid: Grid) -> list[str]:
@@ -670,17 +668,10 @@ def dataset_markdown(grid: Grid, dataset: str) -> str:
     machines = sorted({run["machine"] for run in cell_runs})
     commits = sorted({run["git_commit"] for run in cell_runs})
     extra = tuple(name for name in METRIC_NAMES if name in ("hit_10", "ndcg_10"))
-    lines = [f"# {dataset}: full-ranking test metrics (protocol {PROTOCOL})", "",
-             "Mean ± sample std over seeds at the chosen learning rate; each test case ranks its target against all "
-             "items. The 95% CI is a bootstrap over test users of the seed-averaged per-user AUC. pop is the floor "
-             "(item popularity, no training, one run). Best trained mean in bold.", "",
-             dataset_table(grid, dataset, extra), "", made_by(SOURCES), "",
-             "## Paired differences", "", paired_table(grid, dataset), "", PAIRED_NOTE, "",
-             f"Charts: [auc.png](auc.png) (test AUC per backbone), [pareto.png](pareto.png) (against solo tokens/s); "
-             f"{made_by(SOURCES)}", "",
-             f"Training commands: {'; '.join(f'`{c}`' for c in commands) or 'none'}. Machines: "
-             f"{'; '.join(machines) or 'none'}. Commits: {', '.join(commits) or 'none'}."]
-    return "\n".join(lines) + "\n"
+    return fill("dataset.md", dataset=dataset, protocol=PROTOCOL, dataset_table=dataset_table(grid, dataset, extra),
+                made_by=made_by(SOURCES), paired_table=paired_table(grid, dataset), paired_note=paired_note(),
+                commands="; ".join(f"`{c}`" for c in commands) or "none", machines="; ".join(machines) or "none",
+                commits=", ".join(commits) or "none") + "\n"
 
 
 def dataset_csv(grid: Grid, dataset: str) -> str:
@@ -704,11 +695,8 @@ def dataset_csv(grid: Grid, dataset: str) -> str:
     return pd.DataFrame(rows).to_csv(index=False, float_format="%.6f")
 
 
-README_TEMPLATE = Path(__file__).with_name("readme_template.md")  # the prose of results/README.md
-
-
 def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing: dict[str, list[str]]) -> str:
-    """results/README.md: README_TEMPLATE filled with the grid's tables, checks and figures."""
+    """results/README.md: templates/readme.md filled with the grid's tables, checks and figures."""
     rates = sorted({float(e["lr"]) for e in grid.entries if e["model"] not in tuning.UNTRAINED})
     caps = sorted({(e["epochs"], e["patience"]) for e in grid.entries})
     commands = sorted({e["command"] for e in grid.entries})
@@ -725,7 +713,7 @@ def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing
         "caps": "; ".join(f"{e}, {p}" for e, p in caps) or "no runs", "tuning_seed": tuning.TUNING_SEED,
         "lr_grid": ", ".join(f"{r:g}" for r in tuning.LR_GRID), "seeds": ", ".join(map(str, SEEDS)),
         "rates": ", ".join(f"{r:g}" for r in rates) or "none",
-        "summary_table": summary_table(grid), "paper_table": paper_table(), "paired_note": PAIRED_NOTE,
+        "summary_table": summary_table(grid), "paper_table": paper_table(), "paired_note": paired_note(),
         "per_dataset": "".join(dataset_section(grid, dataset, pareto_missing) + "\n\n" for dataset in grid.datasets),
         "checks": "\n".join([*near_floor(grid), "", *plateaus(grid), "", *cap_check(grid), "",
                              case_rank_check(grid), "", same_seed]),
@@ -743,7 +731,7 @@ def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing
         "commands": "; ".join(f"`{c}`" for c in commands) or "none",
         "manifest_name": MANIFEST_NAME, "case_ranks_name": CASE_RANKS_NAME,
     }
-    return string.Template(README_TEMPLATE.read_text()).substitute(values)
+    return fill("readme.md", **values) + "\n"
 
 
 def dataset_section(grid: Grid, dataset: str, pareto_missing: dict[str, list[str]]) -> str:
