@@ -17,9 +17,10 @@ from pathlib import Path
 import pandas as pd
 
 from ..files import write_atomically
-from ..tracking.markdown import pipe_table
+from ..tracking.markdown import fill, pipe_table
 from ..tracking.store import experiment_id
 
+TEMPLATES = Path(__file__).with_name("templates")  # the prose of results/scaling.md
 AUC_TOLERANCE = 1e-4  # the bound tests/training/test_ddp.py asserts for 2 gloo processes against 1 (dropout 0)
 
 
@@ -109,28 +110,12 @@ def write_report(dataset: str, out: Path) -> Path:
         verdicts.append(f"- {what}: no 1-process run with the same settings" if row[gap] != row[gap] else
                         f"- {what}: |ΔAUC| = {row[gap]:.2e} "
                         f"({'within' if row[gap] <= AUC_TOLERANCE else 'outside'} the CPU test's {AUC_TOLERANCE:g})")
-    text = "\n".join([
-        f"# Data-parallel scaling on {dataset}",
-        "",
-        f"Written {datetime.date.today().isoformat()} by `prism-rec scaling --dataset {dataset} --out {out}` "
-        "from the runs below, which benchmarks/scaling_gpu.sh made with `make bench NPROC=<processes>` (torchrun).",
-        f"Machine: {distinct('tags.machine')}; torch {distinct('tags.torch_version')}, Triton "
-        f"{distinct('tags.triton_version')}; commits {distinct('tags.git_commit')}.",
-        "Commands: " + "; ".join(f"`{c}`" for c in sorted(set(runs["tags.command"].dropna()))),
-        "",
-        "Tokens/s counts the training targets of all processes per second of training (evaluation excluded); "
-        "the global batch is the same at every process count (each process takes its share of it).",
-        "",
-        _markdown(table),
-        "",
-        "Test AUC against the single-process run. The CPU bound holds fp32 gloo runs that differ only in the",
-        "order of their sums; GPU runs also differ in bf16 rounding and in non-deterministic CUDA kernels, so",
-        "a gap there need not mean a data-parallel bug: a `repeat` row is the same 1-process command run again,",
-        "so its gap is the GPU's own run-to-run spread at those settings. `--precision fp32` (TF32 off) removes",
-        "the bf16 rounding.",
-        *verdicts,
-        "",
-    ])
+    report = fill(TEMPLATES / "scaling.md", dataset=dataset, date=datetime.date.today().isoformat(), out=out,
+                  machines=distinct("tags.machine"), torch_versions=distinct("tags.torch_version"),
+                  triton_versions=distinct("tags.triton_version"), commits=distinct("tags.git_commit"),
+                  commands="; ".join(f"`{c}`" for c in sorted(set(runs["tags.command"].dropna()))),
+                  table=_markdown(table))
+    text = "\n".join([report, *verdicts, ""])
     write_atomically(out, text)
     return out
 

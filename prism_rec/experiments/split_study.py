@@ -37,7 +37,7 @@ from .jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
 from ..paths import RESULTS_DIR
 from ..tracking.records import append_jsonl, run_hash
 from ..tracking.bootstrap import bootstrap_mean_ci, paired_difference
-from ..tracking.markdown import pipe_table
+from ..tracking.markdown import fill, pipe_table
 from ..training.devices import check_devices
 
 DATASETS = ("ml-100k", "movies-long")
@@ -45,6 +45,7 @@ MODELS = ("sasrec", "gated_deltanet", "prism", "gdn-authors", "prism-authors", "
 SPLIT = "time"
 STUDY_MANIFEST = "split_manifest.jsonl"
 STUDY_CASE_RANKS = "split_case_ranks.jsonl"
+TEMPLATES = Path(__file__).with_name("templates")  # the prose of results/split.md and results/scaling.md
 PAIRS = (("prism", "gated_deltanet"), ("prism", "sasrec"), ("prism-authors", "gdn-authors"),
          ("prism-authors", "sasrec"))
 
@@ -138,33 +139,17 @@ def _summary(splits: dict[str, dict], dataset: str, changed: list[str]) -> str:
     orders = {split: sorted(both, key=lambda m: -np.mean(cells[(dataset, m)]["auc"])) for split,
               cells in splits.items()}
     shifts = [np.mean(splits["time"][(dataset, m)]["auc"]) - np.mean(splits["loo"][(dataset, m)]["auc"]) for m in both]
-    return (f"Over the {len(both)} backbones with runs under both splits: order by mean test AUC under "
-            f"leave-one-out {' > '.join(orders['loo'])}; under the time split {' > '.join(orders['time'])} "
-            f"({'the same' if orders['loo'] == orders['time'] else 'a different order'}); the time split moves "
-            f"test AUC by {min(shifts):+.4f} to {max(shifts):+.4f}. Paired verdicts that change between the "
-            f"splits (excluding 0 one way, within noise or the other sign the other): "
-            f"{', '.join(changed) or 'none'}.")
+    return fill(TEMPLATES / "split_summary.md", backbones=len(both), loo_order=" > ".join(orders["loo"]),
+                time_order=" > ".join(orders["time"]),
+                same_order="the same" if orders["loo"] == orders["time"] else "a different order",
+                lowest_shift=f"{min(shifts):+.4f}", highest_shift=f"{max(shifts):+.4f}",
+                changed=", ".join(changed) or "none")
 
 
 def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
     """results/split.md from the cells of each split ("loo": the headline runs, "time": the study's)."""
-    lines = [
-        "# The split question: leave-one-out against the authors' global time split", "",
-        f"Written {time.strftime('%Y-%m-%d')} by `prism-rec split-study table` from "
-        f"results/{STUDY_MANIFEST} and results/{STUDY_CASE_RANKS} (time split) and results/{MANIFEST_NAME} and "
-        f"results/{CASE_RANKS_NAME} (leave-one-out, the headline grid's runs).", "",
-        "**Protocol.** Both sides use the headline settings (d_model 64, 2 layers, 2 heads, batch 256, AdamW, full "
-        "softmax, early stopping on validation AUC with patience 10, at most 200 epochs) and, per cell, the "
-        "learning rate the headline grid chose under leave-one-out (not retuned under the time split). "
-        "Leave-one-out: each user's last item tests, the one before validates. Time split (the authors' "
-        "rec/ code): interactions up to the 70% timestamp quantile over all users train, the next 15% "
-        "validate, the last 15% test; every interaction in a period is a case, predicted from all of the "
-        "user's earlier items; test AUC is the mean over cases, so users with many test interactions weigh "
-        "more. Test AUC: mean ± sample std over "
-        "seeds (n); the 95% interval is a percentile bootstrap over test users of the seed-averaged per-user "
-        "AUC, weighted by each user's case count (a cluster bootstrap: a user's cases move together; bootstrap.py), "
-        "so it is an interval for the test AUC column. Rank: position among the table's models within the split.", "",
-    ]
+    lines = [fill(TEMPLATES / "split_intro.md", date=time.strftime("%Y-%m-%d"), study_manifest=STUDY_MANIFEST,
+                  study_case_ranks=STUDY_CASE_RANKS, manifest=MANIFEST_NAME, case_ranks=CASE_RANKS_NAME), ""]
     for dataset in DATASETS:
         rows = []
         ranks = {split: _ranks(cells, dataset) for split, cells in splits.items()}

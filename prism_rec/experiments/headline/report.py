@@ -15,7 +15,6 @@ import collections
 import datetime
 import math
 import statistics
-import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import pandas as pd
 from ... import registry
 from .. import tuning
 from ...tracking.case_ranks import CaseRanks, decode
-from ...tracking.markdown import pipe_table
+from ...tracking.markdown import fill, pipe_table
 from ...files import read_jsonl, write_atomically
 from .protocol import (CASE_RANKS_NAME, DATASETS, LAYERS, MANIFEST_NAME, PROTOCOL, SEEDS, SETTINGS,
                                 backbone_parameters, training_config)
@@ -229,12 +228,6 @@ def capped(run: dict) -> bool:
 TEMPLATES = Path(__file__).with_name("templates")  # the prose of the report, with $names for computed values
 
 
-def fill(template: str, **values) -> str:
-    """The text of templates/<template> (without the file's final newline) with ``values`` in place of its
-    $names."""
-    return string.Template((TEMPLATES / template).read_text().removesuffix("\n")).substitute(values)
-
-
 def made_by(sources: str) -> str:
     return f"Made by `{COMMAND}` from {sources}."
 
@@ -298,7 +291,7 @@ def paired_table(grid: Grid, dataset: str) -> str:
 
 
 def paired_note() -> str:
-    return fill("paired_note.md", n_resamples=f"{N_RESAMPLES:,}")
+    return fill(TEMPLATES / "paired_note.md", n_resamples=f"{N_RESAMPLES:,}")
 
 
 def mean_ranks(cells: dict, models: list[str]) -> dict[str, tuple[float, int]]:
@@ -521,9 +514,9 @@ def v1_comparison(grid: Grid, v1_entries: list[dict]) -> list[str]:
     table_runs = [run for cell in grid.cells.values() if cell.model != FLOOR for run in cell.runs]
     late = [run for run in table_runs if run["best_epoch"] > V1_SETTINGS["epochs"]]
     patient = [run for run in table_runs if run["best_epoch"] > 3 * V1_SETTINGS["patience"]]
-    changes = fill("v1_changes.md", v1_lr=f"{V1_SETTINGS['lr']:g}", lr_grid=", ".join(f"{r:g}" for r in tuning.LR_GRID),
-                   other_rates=len(other_rate), cells=len(grid.choices),
-                   other_rate_list=f" ({', '.join(other_rate)})." if other_rate else ".",
+    changes = fill(TEMPLATES / "v1_changes.md", v1_lr=f"{V1_SETTINGS['lr']:g}",
+                   lr_grid=", ".join(f"{r:g}" for r in tuning.LR_GRID), other_rates=len(other_rate),
+                   cells=len(grid.choices), other_rate_list=f" ({', '.join(other_rate)})." if other_rate else ".",
                    v1_patience=V1_SETTINGS["patience"], v1_epochs=V1_SETTINGS["epochs"],
                    patience=SETTINGS["patience"], epochs=SETTINGS["epochs"], late=len(late),
                    table_runs=len(table_runs), plateau_epoch=3 * V1_SETTINGS["patience"], patient=len(patient))
@@ -668,8 +661,9 @@ def dataset_markdown(grid: Grid, dataset: str) -> str:
     machines = sorted({run["machine"] for run in cell_runs})
     commits = sorted({run["git_commit"] for run in cell_runs})
     extra = tuple(name for name in METRIC_NAMES if name in ("hit_10", "ndcg_10"))
-    return fill("dataset.md", dataset=dataset, protocol=PROTOCOL, dataset_table=dataset_table(grid, dataset, extra),
-                made_by=made_by(SOURCES), paired_table=paired_table(grid, dataset), paired_note=paired_note(),
+    return fill(TEMPLATES / "dataset.md", dataset=dataset, protocol=PROTOCOL,
+                dataset_table=dataset_table(grid, dataset, extra), made_by=made_by(SOURCES),
+                paired_table=paired_table(grid, dataset), paired_note=paired_note(),
                 commands="; ".join(f"`{c}`" for c in commands) or "none", machines="; ".join(machines) or "none",
                 commits=", ".join(commits) or "none") + "\n"
 
@@ -731,7 +725,7 @@ def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing
         "commands": "; ".join(f"`{c}`" for c in commands) or "none",
         "manifest_name": MANIFEST_NAME, "case_ranks_name": CASE_RANKS_NAME,
     }
-    return fill("readme.md", **values) + "\n"
+    return fill(TEMPLATES / "readme.md", **values) + "\n"
 
 
 def dataset_section(grid: Grid, dataset: str, pareto_missing: dict[str, list[str]]) -> str:
