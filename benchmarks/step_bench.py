@@ -561,7 +561,9 @@ def main(argv: list[str] | None = None) -> None:
     solo_modes = solo_modes or compile_modes
     header = report_header(args, device, command)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    checks = startup_checks(args, device, loss_paths, compile_modes)
+    checks, compiled_passed = startup_checks(args, device, loss_paths, compile_modes)
+    if args.check_only:
+        sys.exit(0 if compiled_passed else 1)
     report = Report(args.out_dir, header, checks, solo_modes[-1] if args.datasets and solo_modes else None, command)
     if not args.no_steps:
         measure_step_cells(report, args, models, loss_paths, compile_modes, device, budget)
@@ -596,8 +598,9 @@ def report_header(args: argparse.Namespace, device: torch.device, command: str) 
 
 
 def startup_checks(args: argparse.Namespace, device: torch.device, loss_paths: list[str],
-                   compile_modes: list[str]) -> list[str]:
-    """The fused loss and the compiled encoders against their references, before anything is timed."""
+                   compile_modes: list[str]) -> tuple[list[str], bool]:
+    """The fused loss and the compiled encoders against their references, before anything is timed: report
+    lines, and whether every compiled check passed."""
     checks = []
     if device.type == "cuda" and "fused" in loss_paths and not (args.no_steps or args.check_only):
         checks += ["Fused loss against the chunked one (stops the run when they differ):", *check_fused(device), ""]
@@ -606,11 +609,9 @@ def startup_checks(args: argparse.Namespace, device: torch.device, loss_paths: l
     check_modes = list(dict.fromkeys([*compile_modes, "inductor"] if diagnose else compile_modes))
     compiled_checks, compiled_passed = check_compiled(trained_backbones(parse_list(args.check_compiled, [])),
                                                       check_modes, device)
-    if args.check_only:
-        sys.exit(0 if compiled_passed else 1)
     if compiled_checks:
         checks += ["Compiled encoder against eager (fp32, TF32 off, dropout 0):", *compiled_checks, ""]
-    return checks
+    return checks, compiled_passed
 
 
 def measure_step_cells(report: Report, args: argparse.Namespace, models: list[str], loss_paths: list[str],

@@ -42,7 +42,8 @@ def padded_items(seed=0):
     return items
 
 
-@pytest.mark.parametrize("backbone", ["gated_deltanet", "prism", "prism-eq18", "mamba2", "mamba2-authors", "sasrec", "ttt-linear"])
+@pytest.mark.parametrize("backbone", ["gated_deltanet", "prism", "prism-eq18", "mamba2", "mamba2-authors", "sasrec",
+                                      "ttt-linear"])
 def test_compiled_encoder_matches_eager(backbone):
     """Outputs and parameter gradients of the compiled encoder (fullgraph, 3 rows padded to 5) equal eager's."""
     torch.manual_seed(0)
