@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ..registry import get_dataset, list_datasets
 from .core import DataError, MissingDataError
-from ..paths import RESULTS_DIR
-from ..tracking.markdown import pipe_table
+from ..paths import RESULTS_DIR, TEMPLATES_DIR
+from ..tracking.markdown import fill, pipe_table
 from .sources import load_dataset
 
 RESULTS_FILE = RESULTS_DIR / "datasets.md"
@@ -79,16 +79,7 @@ def _paper_cells(paper: tuple) -> list[str]:
 
 
 def render(rows: list[dict], notes: list[str]) -> str:
-    lines = [
-        "## Statistics after filtering",
-        "",
-        f"Written by `prism-rec data stats` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Leave-one-out "
-        "split, each dataset's default thresholds "
-        "(users >= / items >=); duplicates kept; filtering iterated to a fixed point. Paper columns: "
-        "Table 7 (users / items / interactions / mean length) of the same domain; the shared subsets are "
-        "other public preprocessings, so their figures are not expected to match it.",
-        "",
-    ]
+    lines = [fill(TEMPLATES_DIR / "data_stats.md", when=f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M}"), ""]
     table = []
     for row in rows:
         paper = PAPER_TABLE_7.get(PAPER_DOMAIN.get(row["name"], row["name"]))

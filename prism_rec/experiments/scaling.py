@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 
 from ..files import write_atomically
+from ..paths import TEMPLATES_DIR
 from ..tracking.markdown import fill, pipe_table
 from ..tracking.store import experiment_id
 
-TEMPLATES = Path(__file__).with_name("templates")  # the prose of results/scaling.md
 AUC_TOLERANCE = 1e-4  # the bound tests/training/test_ddp.py asserts for 2 gloo processes against 1 (dropout 0)
 
 
@@ -110,7 +110,7 @@ def write_report(dataset: str, out: Path) -> Path:
         verdicts.append(f"- {what}: no 1-process run with the same settings" if row[gap] != row[gap] else
                         f"- {what}: |ΔAUC| = {row[gap]:.2e} "
                         f"({'within' if row[gap] <= AUC_TOLERANCE else 'outside'} the CPU test's {AUC_TOLERANCE:g})")
-    report = fill(TEMPLATES / "scaling.md", dataset=dataset, date=datetime.date.today().isoformat(), out=out,
+    report = fill(TEMPLATES_DIR / "scaling.md", dataset=dataset, date=datetime.date.today().isoformat(), out=out,
                   machines=distinct("tags.machine"), torch_versions=distinct("tags.torch_version"),
                   triton_versions=distinct("tags.triton_version"), commits=distinct("tags.git_commit"),
                   commands="; ".join(f"`{c}`" for c in sorted(set(runs["tags.command"].dropna()))),

@@ -34,7 +34,7 @@ from .headline.driver import HeadlineJob, manifest_entry, train_cell
 from .headline.report import seeds_text
 from .headline.protocol import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL, SEEDS, training_config
 from .jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
-from ..paths import RESULTS_DIR
+from ..paths import RESULTS_DIR, TEMPLATES_DIR
 from ..tracking.records import append_jsonl, run_hash
 from ..tracking.bootstrap import bootstrap_mean_ci, paired_difference
 from ..tracking.markdown import fill, pipe_table
@@ -45,7 +45,6 @@ MODELS = ("sasrec", "gated_deltanet", "prism", "gdn-authors", "prism-authors", "
 SPLIT = "time"
 STUDY_MANIFEST = "split_manifest.jsonl"
 STUDY_CASE_RANKS = "split_case_ranks.jsonl"
-TEMPLATES = Path(__file__).with_name("templates")  # the prose of results/split.md and results/scaling.md
 PAIRS = (("prism", "gated_deltanet"), ("prism", "sasrec"), ("prism-authors", "gdn-authors"),
          ("prism-authors", "sasrec"))
 
@@ -139,7 +138,7 @@ def _summary(splits: dict[str, dict], dataset: str, changed: list[str]) -> str:
     orders = {split: sorted(both, key=lambda m: -np.mean(cells[(dataset, m)]["auc"])) for split,
               cells in splits.items()}
     shifts = [np.mean(splits["time"][(dataset, m)]["auc"]) - np.mean(splits["loo"][(dataset, m)]["auc"]) for m in both]
-    return fill(TEMPLATES / "split_summary.md", backbones=len(both), loo_order=" > ".join(orders["loo"]),
+    return fill(TEMPLATES_DIR / "split_summary.md", backbones=len(both), loo_order=" > ".join(orders["loo"]),
                 time_order=" > ".join(orders["time"]),
                 same_order="the same" if orders["loo"] == orders["time"] else "a different order",
                 lowest_shift=f"{min(shifts):+.4f}", highest_shift=f"{max(shifts):+.4f}",
@@ -148,7 +147,7 @@ def _summary(splits: dict[str, dict], dataset: str, changed: list[str]) -> str:
 
 def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
     """results/split.md from the cells of each split ("loo": the headline runs, "time": the study's)."""
-    lines = [fill(TEMPLATES / "split_intro.md", date=time.strftime("%Y-%m-%d"), study_manifest=STUDY_MANIFEST,
+    lines = [fill(TEMPLATES_DIR / "split_intro.md", date=time.strftime("%Y-%m-%d"), study_manifest=STUDY_MANIFEST,
                   study_case_ranks=STUDY_CASE_RANKS, manifest=MANIFEST_NAME, case_ranks=CASE_RANKS_NAME), ""]
     for dataset in DATASETS:
         rows = []

@@ -29,7 +29,7 @@ from ...files import read_jsonl, write_atomically
 from .protocol import (CASE_RANKS_NAME, DATASETS, LAYERS, MANIFEST_NAME, PROTOCOL, SEEDS, SETTINGS,
                                 backbone_parameters, training_config)
 from ...training.metrics import METRIC_NAMES
-from ...paths import RESULTS_DIR
+from ...paths import RESULTS_DIR, TEMPLATES_DIR
 from ...tracking.plots import auc_bar_chart, pareto_chart
 from ...tracking.bootstrap import N_RESAMPLES, PairedDifference, bootstrap_mean_ci, paired_difference
 
@@ -225,9 +225,6 @@ def capped(run: dict) -> bool:
     return run["epochs_run"] >= run["epochs"]
 
 
-TEMPLATES = Path(__file__).with_name("templates")  # the prose of the report, with $names for computed values
-
-
 def made_by(sources: str) -> str:
     return f"Made by `{COMMAND}` from {sources}."
 
@@ -291,7 +288,7 @@ def paired_table(grid: Grid, dataset: str) -> str:
 
 
 def paired_note() -> str:
-    return fill(TEMPLATES / "paired_note.md", n_resamples=f"{N_RESAMPLES:,}")
+    return fill(TEMPLATES_DIR / "headline_paired_note.md", n_resamples=f"{N_RESAMPLES:,}")
 
 
 def mean_ranks(cells: dict, models: list[str]) -> dict[str, tuple[float, int]]:
@@ -514,7 +511,7 @@ def v1_comparison(grid: Grid, v1_entries: list[dict]) -> list[str]:
     table_runs = [run for cell in grid.cells.values() if cell.model != FLOOR for run in cell.runs]
     late = [run for run in table_runs if run["best_epoch"] > V1_SETTINGS["epochs"]]
     patient = [run for run in table_runs if run["best_epoch"] > 3 * V1_SETTINGS["patience"]]
-    changes = fill(TEMPLATES / "v1_changes.md", v1_lr=f"{V1_SETTINGS['lr']:g}",
+    changes = fill(TEMPLATES_DIR / "headline_v1_changes.md", v1_lr=f"{V1_SETTINGS['lr']:g}",
                    lr_grid=", ".join(f"{r:g}" for r in tuning.LR_GRID), other_rates=len(other_rate),
                    cells=len(grid.choices), other_rate_list=f" ({', '.join(other_rate)})." if other_rate else ".",
                    v1_patience=V1_SETTINGS["patience"], v1_epochs=V1_SETTINGS["epochs"],
@@ -661,7 +658,7 @@ def dataset_markdown(grid: Grid, dataset: str) -> str:
     machines = sorted({run["machine"] for run in cell_runs})
     commits = sorted({run["git_commit"] for run in cell_runs})
     extra = tuple(name for name in METRIC_NAMES if name in ("hit_10", "ndcg_10"))
-    return fill(TEMPLATES / "dataset.md", dataset=dataset, protocol=PROTOCOL,
+    return fill(TEMPLATES_DIR / "headline_dataset.md", dataset=dataset, protocol=PROTOCOL,
                 dataset_table=dataset_table(grid, dataset, extra), made_by=made_by(SOURCES),
                 paired_table=paired_table(grid, dataset), paired_note=paired_note(),
                 commands="; ".join(f"`{c}`" for c in commands) or "none", machines="; ".join(machines) or "none",
@@ -690,7 +687,7 @@ def dataset_csv(grid: Grid, dataset: str) -> str:
 
 
 def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing: dict[str, list[str]]) -> str:
-    """results/README.md: templates/readme.md filled with the grid's tables, checks and figures."""
+    """results/README.md: templates/headline_readme.md filled with the grid's tables, checks and figures."""
     rates = sorted({float(e["lr"]) for e in grid.entries if e["model"] not in tuning.UNTRAINED})
     caps = sorted({(e["epochs"], e["patience"]) for e in grid.entries})
     commands = sorted({e["command"] for e in grid.entries})
@@ -725,7 +722,7 @@ def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing
         "commands": "; ".join(f"`{c}`" for c in commands) or "none",
         "manifest_name": MANIFEST_NAME, "case_ranks_name": CASE_RANKS_NAME,
     }
-    return fill(TEMPLATES / "readme.md", **values) + "\n"
+    return fill(TEMPLATES_DIR / "headline_readme.md", **values) + "\n"
 
 
 def dataset_section(grid: Grid, dataset: str, pareto_missing: dict[str, list[str]]) -> str:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...files import write_atomically
-from ...tracking.markdown import pipe_table
+from ...paths import TEMPLATES_DIR
+from ...tracking.markdown import fill, pipe_table
 from .grid import (PAPER_COLUMNS, SEEDS, SWEEP_LENGTHS, SWEEP_MODELS, SWEEP_PROFILE, SWEEP_TASK, TABLE_MODELS,
                    ProbeRun, grid_runs)
 from .manifest import PROTOCOL, entry_identity, load_manifest
@@ -187,37 +188,17 @@ def write_grid_report(out_dir: Path, command: str, unfinished: list[str]) -> Pat
     """probes.md for the v2 grid (``grid.grid_runs``) from the manifest in ``out_dir``."""
     runs = grid_runs()
     found = Found(out_dir, runs)
-    lines = [
-        "# Mechanistic probes v2: final-token accuracy over three seeds",
-        "",
-        f"Generated from `{Path(out_dir).name}/probes_manifest.jsonl` by `prism_rec/experiments/probes/report.py`; "
-        f"{len(found.entries)} of the {len(runs)} planned runs have finished.",
-        "",
-        "**Initialisation.** The reference initialisation of the headline issue has landed "
-        "(`prism_rec/models/init.py`, issue 17, commit fd947ba): every probed backbone starts from its reference "
-        "implementation's initialisation; the probe's token embedding and bias-free head keep PyTorch's defaults, "
-        f"as the authors' script. Only runs of this protocol ({PROTOCOL}) count; the manifest's {found.older} earlier "
-        "runs (one seed, PyTorch-default initialisation; their table is results/probes.md at commit 15e39b4) "
-        "are left out.",
-        "",
-        f"Cells: mean ± sample std over seeds {', '.join(map(str, SEEDS))}, then (seeds with accuracy >= {SOLVED} / "
-        "finished seeds) and planned seeds not finished; `missing` = no finished run. " + PAPER_FIGURES_NOTE,
-        "Models: `transformer-authors-probe` is the authors' probe Transformer (causal convolution, kernel 3, "
-        "before attention in every layer; baselines/authors_probe_transformer.py); `prism-L0` is PRISM at L = 0; "
-        "the authors' script itself runs PRISM at L = 1.",
-    ]
+    lines = [fill(TEMPLATES_DIR / "probes_intro.md", manifest=f"{Path(out_dir).name}/probes_manifest.jsonl",
+                  finished=len(found.entries), planned=len(runs), protocol=PROTOCOL, older=found.older,
+                  seeds=", ".join(map(str, SEEDS)), solved=SOLVED, paper_figures=PAPER_FIGURES_NOTE)]
+    levels = fill(TEMPLATES_DIR / "probes_levels.md", solved=SOLVED, margin=AT_CHANCE_MARGIN)
     for profile in PROFILES:
         settings_by_task = {task: settings_for(profile, task) for task in TASKS}
         lines += ["", f"## Profile `{profile}`", "", *accuracy_table(found, list(TASKS), list(TABLE_MODELS),
                                                                      settings_by_task),
                   "", f"Settings: {_settings_line(settings_by_task)}.",
                   "", f"### Does the paper's claim hold here (profile `{profile}`)?", "",
-                  f"Levels: solves = mean >= {SOLVED}; fails = at most {AT_CHANCE_MARGIN} above chance (uniform guess "
-                  "among the answers; silence gate 0.5); partial otherwise. The paper's Table 4 figures are "
-                  "levelled the same way at this profile's vocabulary; a claim holds when the levels of the three "
-                  "columns and the orderings the paper states match. The paper's linear attention (the script's "
-                  "`LA`: plain causal linear attention after a convolution) is not in this suite; Gated DeltaNet, "
-                  "PRISM's L = 0 case, stands in for it.",
+                  levels,
                   "", *claims_table(found, profile, settings_by_task)]
     lines += ["", f"## Local XOR by length (profile `{SWEEP_PROFILE}` otherwise)", "", *sweep_section(found)]
     lines += ["", "## Run record", "", f"Command: `{command}`", found.provenance()]

@@ -10,38 +10,26 @@ from pathlib import Path
 import torch
 
 from ...files import write_figure_atomically
-from ...tracking.markdown import pipe_table
+from ...paths import TEMPLATES_DIR
+from ...tracking.markdown import fill, pipe_table
 from ...tracking.store import git_commit, machine_description, triton_version
 from .shapes import Configuration, describe_heads
 from .measure import BackboneResults, format_case
 from .targets import target_lines
 
 
+
 def markdown_report(results: list[BackboneResults], configuration: Configuration, device: torch.device,
                     command: str, mlflow_note: str) -> str:
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [
-        "# Training throughput and peak memory",
-        "",
-        f"Produced by: `{command}`",
-        f"Device: {machine_description(device)}; torch {torch.__version__}, Triton {triton_version()}, "
-        f"Python {platform.python_version()}; {when}; git {git_commit()}.",
-        "",
-        "One step = forward, backward and AdamW step of the project's `SequentialRecommender` (tied "
-        "embedding and output head, final norm) with `NextItemObjective`: full softmax cross-entropy over the "
-        "whole vocabulary / item table at every position"
-        + (", bf16 autocast." if device.type == "cuda" else ", fp32 on CPU.")
-        + f" {configuration.warmup} warm-up step(s), then up to {configuration.steps} timed steps "
-        f"({'CUDA events' if device.type == 'cuda' else 'host clock'}) within {configuration.case_budget_s:.0f} s "
-        "per case; the median is reported. tokens/s = batch x length / step time; "
-        + ("peak memory = `torch.cuda.max_memory_allocated` over the case. " if device.type == "cuda" else
-           "no peak memory on CPU. ")
-        + "A count in brackets means fewer timed steps than "
-        "asked (serial models). The first warm-up step (kernel compilation) is outside the budget; 'over time' "
-        "means the later warm-up steps alone ran past it, and gives tokens/s from the last of them.",
-        "",
-        mlflow_note,
-    ]
+    cuda = device.type == "cuda"
+    lines = [fill(TEMPLATES_DIR / "throughput.md", command=command, device=machine_description(device),
+                  torch=torch.__version__, triton=triton_version(), python=platform.python_version(),
+                  when=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                  commit=git_commit(), precision=", bf16 autocast." if cuda else ", fp32 on CPU.",
+                  warmup=configuration.warmup, steps=configuration.steps,
+                  clock="CUDA events" if cuda else "host clock", case_budget=f"{configuration.case_budget_s:.0f}",
+                  memory_note=("peak memory = `torch.cuda.max_memory_allocated` over the case." if cuda
+                               else "no peak memory on CPU."), mlflow_note=mlflow_note)]
     for shape in configuration.shapes:
         entries = [entry for entry in results if entry.shape.name == shape.name]
         if not entries:

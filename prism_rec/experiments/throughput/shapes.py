@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 from ... import registry
 
 
@@ -15,8 +14,6 @@ LANGUAGE_MODEL_HEADS = {
     "prism": {"n_heads": 6},  # built on Gated DeltaNet: width 128
     "mamba2": {"n_heads": 24, "d_state": 128},  # expand 2 -> 1536 channels, head width 64, state 128
 }
-
-
 DEFAULT_HEAD_WIDTH = 64
 
 

@@ -1,17 +1,13 @@
 """The throughput targets of issue 7 checked against the paper's figures."""
 
 from __future__ import annotations
+
 from .shapes import Configuration, base_backbone
 from .measure import BackboneResults
 
 
-
-
-
 # Backbones whose cost per token should not grow with length (chunked linear scans); presets included.
 LINEAR_BACKBONES = ("gated_deltanet", "mamba2", "prism")
-
-
 PAPER_TOKENS_PER_S = {"prism_16k": 57_000, "ttt_linear": 340, "transformer_pp_2k": 71_400,
                       "transformer_pp_slowdown_16k": 3.8}
 
