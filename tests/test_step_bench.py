@@ -112,6 +112,8 @@ def test_check_only_exits_1_on_a_compiled_gap_or_failure(step_bench, tmp_path, m
         in capsys.readouterr().out
     gaps["gradients"] = 0.5
     assert check("sasrec") == 1 and "over 0.001, FAILED" in capsys.readouterr().out
+    gaps["gradients"] = float("nan")
+    assert check("sasrec") == 1 and "of the gradients nan (worst: w): over 0.001, FAILED" in capsys.readouterr().out
 
     def broken(model, mode, items):
         raise RuntimeError("graph break")

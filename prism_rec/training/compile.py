@@ -25,6 +25,8 @@ model's forward and loss with it, prism_rec/experiments/probes/train.py) and ``c
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -115,7 +117,9 @@ def compiled_gaps(model: torch.nn.Module, eager, compiled, *inputs: torch.Tensor
                                                  if p.grad is not None}
 
     def gap(compiled: torch.Tensor, eager: torch.Tensor) -> float:
-        return float((compiled - eager).abs().max() / eager.abs().max().clamp_min(1e-12))
+        """The relative gap; a NaN anywhere counts as an infinite gap (max() would pass NaN by)."""
+        relative = (compiled - eager).abs().max() / eager.abs().max().clamp_min(1e-12)
+        return torch.nan_to_num(relative, nan=math.inf).item()
 
     eager_output, eager_grads = output_and_grads(eager)
     for _ in range(2):

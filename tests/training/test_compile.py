@@ -6,11 +6,13 @@ eagerly: seconds, no C++ compiler); one slow test compiles with TorchInductor's 
 need a GPU and are exercised by benchmarks/step_bench.py on the device.
 """
 
+import math
+
 import pytest
 import torch
 
-from prism_rec.training.compile import (CompiledEncoder, gaps_to_eager, optimizer_options, resolve_compile,
-                                        training_encoder)
+from prism_rec.training.compile import (CompiledEncoder, compiled_gaps, gaps_to_eager, optimizer_options,
+                                        resolve_compile, training_encoder)
 from prism_rec.models.recommender import SequentialRecommender
 from prism_rec.training.config import TrainConfig
 
@@ -74,3 +76,17 @@ def test_inductor_compiled_prism_matches_eager():
     model = SequentialRecommender(40, "prism", d_model=16, max_len=12, dropout=0.0, n_layers=1, n_heads=2)
     gaps = gaps_to_eager(model, "inductor", padded_items(1))
     assert gaps["output"] < 1e-5 and gaps["gradients"] < 1e-4, gaps
+
+
+def test_a_nan_in_the_compiled_gradients_is_an_infinite_gap():
+    """compiled_gaps ranks a NaN gradient as the worst, at an infinite gap, so no limit check passes it."""
+    model = torch.nn.Linear(3, 2)
+
+    def eager(x):
+        return model(x)
+
+    def compiled(x):
+        return model(x) * torch.tensor([1.0, float("nan")])  # the second output's gradients become NaN
+
+    gaps = compiled_gaps(model, eager, compiled, torch.ones(4, 3))
+    assert gaps["output"] == math.inf and gaps["gradients"] == math.inf and gaps["worst"] in ("weight", "bias")
