@@ -16,7 +16,8 @@
 # results/step_compile.md measured it alone on the GPU); runs keep their settings hash across it, and each
 # manifest line says its mode. Unless it is off, the compiled encoder of every backbone of MODELS is first
 # checked against eager on the GPU (benchmarks/step_bench.py --check-only, CHECK_PROCESSES at a time,
-# default 6); the backbones whose check differs or fails train eager (headline run --eager-models).
+# default 6, each stopped after CHECK_SECONDS, default 180); the backbones whose check differs, fails or
+# times out train eager (headline run --eager-models); the check's time comes off BUDGET.
 # SPLIT_WORKERS=N (default 0) also runs the split study (prism_rec/experiments/split_study.py) beside the grid on N
 # more workers through the same MPS server, for the same budget; it writes split_manifest.jsonl,
 # split_case_ranks.jsonl (the new lines only) and split_log.txt into OUT_DIR/split.
@@ -49,16 +50,19 @@ eager_models=
 if [ "$compile_mode" != off ]; then
     checked_at=$SECONDS
     models=$(python3 -c "from prism_rec.options import resolve_models; print(*resolve_models('${MODELS:-all}'))")
-    echo "$models" | tr ' ' '\n' | xargs -P "${CHECK_PROCESSES:-6}" -I{} python3 benchmarks/step_bench.py \
-        --check-only --compile "$compile_mode" --check-compiled {} --out-dir "/tmp/compile_check/{}" \
-        > /tmp/compile_check.txt 2>&1
-    grep '^- ' /tmp/compile_check.txt
+    if [ -z "$models" ]; then echo "MODELS=${MODELS:-all}: no backbone to check"; exit 1; fi
+    # a check that hangs is killed after CHECK_SECONDS (default 180) and leaves no passing line: eager
+    echo "$models" | tr ' ' '\n' | xargs -P "${CHECK_PROCESSES:-6}" -I{} timeout "${CHECK_SECONDS:-180}" \
+        python3 benchmarks/step_bench.py --check-only --compile "$compile_mode" --check-compiled {} \
+        --out-dir "/tmp/compile_check/{}" > /tmp/compile_check.txt 2>&1
+    grep -E '^- |Error' /tmp/compile_check.txt
     # every backbone without a passing line "- BACKBONE, compile MODE: relative gap ..." (pop trains nothing)
     eager_models=$(python3 -c "import re, sys
 passed = set(re.findall(r'^- ([^,]+), compile [a-z]+: relative gap .*\)$', open('/tmp/compile_check.txt').read(), re.M))
 print(','.join(m for m in sys.argv[1:] if m not in passed and m != 'pop'))" $models)
     budget=$((budget - (SECONDS - checked_at)))
     echo "compile check: $((SECONDS - checked_at)) s; grid compile mode $compile_mode${eager_models:+, eager: $eager_models}; budget $budget s"
+    if [ "$budget" -le 0 ]; then echo "the compile check spent BUDGET: no run started"; exit 1; fi
 fi
 # runs still in flight at the budget are abandoned within seconds; the timeout guards the call's limit
 split_pid=

@@ -188,22 +188,30 @@ def test_jobs_in_flight_at_the_deadline_are_abandoned():
 
 def test_time_estimates_follow_the_planned_concurrency_and_the_epochs_of_the_rate():
     """Seconds per epoch of the (dataset, model), scaled to the concurrency planned now, times the median
-    epochs of the dataset's runs at the job's rate (lower rates train longer), else of all its runs."""
-    config = protocol.training_config("ml-100k", "sasrec", 2, "cpu", {}, 1e-3)
-    job = driver.HeadlineJob("ml-100k", "sasrec", config, "hash-s2", "")
-    slow_config = protocol.training_config("ml-100k", "sasrec", 0, "cpu", {}, 3e-4)
-    slow = driver.HeadlineJob("ml-100k", "sasrec", slow_config, "hash-slow", "")
-    seen = [{"dataset": "ml-100k", "model": "sasrec", "config_hash": f"hash-s{seed}", "wall_seconds": 140.0,
-             "epochs_run": 20, "lr": 1e-3, "jobs_per_device": 14.0} for seed in (0, 1)]
-    seen.append({**seen[0], "model": "prism", "config_hash": "hash-prism", "epochs_run": 50, "lr": 3e-4})
-    hashes = {"hash-s0", "hash-s1", "hash-s2", "hash-prism", "hash-slow"}
-    expected, timed = driver.estimate_seconds([job, slow], seen, {"ml-100k": 1000}, hashes, 7.0)
-    assert timed and expected[job.label] == pytest.approx(70.0)  # 3.5 s per epoch x 20 epochs
-    assert expected[slow.label] == pytest.approx(3.5 * 50)  # prism's 50 epochs at 3e-4
-    seen.pop()
-    assert driver.estimate_seconds([slow], seen, {"ml-100k": 1000}, hashes, 7.0)[0][slow.label] == pytest.approx(70.0)
+    epochs of the same (dataset, model, rate), else of the dataset's runs at the rate (lower rates train
+    longer), else of the rate on any dataset, else of any run."""
+    def job(dataset, model, seed, lr):
+        return driver.HeadlineJob(dataset, model, protocol.training_config(dataset, model, seed, "cpu", {}, lr),
+                                  f"hash-{dataset}-{model}-{lr:g}-s{seed}", "")
+
+    sasrec, slow = job("ml-100k", "sasrec", 2, 1e-3), job("ml-100k", "sasrec", 0, 3e-4)
+    fresh_slow, fresh = job("yelp-iclrec", "sasrec", 0, 3e-4), job("yelp-iclrec", "sasrec", 0, 1e-3)  # no yelp run yet
+    seen = [{"dataset": "ml-100k", "model": "sasrec", "config_hash": f"hash-ml-100k-sasrec-0.001-s{seed}",
+             "wall_seconds": 140.0, "epochs_run": 20, "lr": 1e-3, "jobs_per_device": 14.0} for seed in (0, 1)]
+    seen.append({**seen[0], "model": "prism", "config_hash": "hash-ml-100k-prism-0.001-s0", "epochs_run": 80})
+    seen.append({**seen[0], "model": "prism", "config_hash": "hash-ml-100k-prism-0.0003-s0", "epochs_run": 50,
+                 "lr": 3e-4})
+    jobs = [sasrec, slow, fresh_slow, fresh]
+    hashes = {entry["config_hash"] for entry in seen} | {j.run_hash for j in jobs}
+    interactions = {"ml-100k": 1000, "yelp-iclrec": 1000}
+    expected, timed = driver.estimate_seconds(jobs, seen, interactions, hashes, 7.0)
+    assert timed and expected[sasrec.label] == pytest.approx(3.5 * 20)  # 3.5 s per epoch x its own 20 epochs
+    assert expected[slow.label] == pytest.approx(3.5 * 50)  # the dataset's 50 epochs at 3e-4
+    assert expected[fresh_slow.label] / expected[fresh.label] == pytest.approx(50 / 20)  # any dataset's, per rate
+    seen.pop()  # no run at 3e-4 left: any run's epochs (20, 20, 80: median 20)
+    assert driver.estimate_seconds([slow], seen, interactions, hashes, 7.0)[0][slow.label] == pytest.approx(3.5 * 20)
     other_settings = [{**entry, "config_hash": "elsewhere"} for entry in seen]
-    assert not driver.estimate_seconds([job], other_settings, {"ml-100k": 1000}, {"hash-s2"}, 7.0)[1]
+    assert not driver.estimate_seconds([sasrec], other_settings, interactions, {sasrec.run_hash}, 7.0)[1]
 
 
 def test_eager_models_train_with_compile_off_under_the_same_hashes():

@@ -127,18 +127,19 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
     """Expected wall seconds per job label, and whether any time was seen (if not, the figures only rank the
     jobs). Seconds per epoch come from the same (dataset, model) in ``manifest`` among runs with the grid's
     settings (``grid_hashes``: the settings hash of every cell, any seed), else interactions x backbone
-    parameters times the median seconds per epoch and unit seen; epochs from the runs of the same
-    (dataset, rate) (a lower rate trains for more epochs before its patience runs out), else of the dataset.
+    parameters times the median seconds per epoch and unit seen. Epochs: the median of the runs of the same
+    (dataset, model, rate), else of the same (dataset, rate) (a lower rate trains for more epochs before its
+    patience runs out), else of that rate on any dataset, else of any run.
     A time seen while ``jobs_per_device`` of the entry ran at once on its GPU counts in proportion to the
     concurrency planned now (runs share the GPU's time)."""
     per_epoch: dict[tuple[str, str], list[float]] = {}
-    epochs: dict[tuple[str, float], list[int]] = {}
+    epochs: dict[tuple[str, str, float], list[int]] = {}
     for entry in manifest:
         if entry["config_hash"] in grid_hashes and "wall_seconds" in entry:  # diverged runs have no time
             sharing = jobs_per_device / entry.get("jobs_per_device", jobs_per_device)
             per_epoch.setdefault((entry["dataset"], entry["model"]), []).append(
                 entry["wall_seconds"] * sharing / entry["epochs_run"])
-            epochs.setdefault((entry["dataset"], entry["lr"]), []).append(entry["epochs_run"])
+            epochs.setdefault((entry["dataset"], entry["model"], entry["lr"]), []).append(entry["epochs_run"])
     parameters: dict[str, int] = {}
     for job in jobs:
         if job.model not in parameters:
@@ -148,9 +149,13 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
     scale = statistics.median(scales) if scales else 1.0
 
     def expected_epochs(job: HeadlineJob) -> float:
-        same_rate = epochs.get((job.dataset, job.config.lr))
-        dataset = [n for (d, _), runs in epochs.items() if d == job.dataset for n in runs]
-        return statistics.median(same_rate or dataset or [1])
+        def seen(dataset: str | None, model: str | None, lr: float | None) -> list[int]:
+            return [n for (d, m, r), runs in epochs.items() if dataset in (None, d) and model in (None, m)
+                    and lr in (None, r) for n in runs]
+
+        lr = job.config.lr
+        return statistics.median(seen(job.dataset, job.model, lr) or seen(job.dataset, None, lr)
+                                 or seen(None, None, lr) or seen(None, None, None) or [1])
 
     def estimate(job: HeadlineJob) -> float:
         seconds = per_epoch.get((job.dataset, job.model))
