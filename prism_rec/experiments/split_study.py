@@ -36,7 +36,7 @@ from .headline.protocol import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL, SEEDS, 
 from .jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
 from ..paths import RESULTS_DIR, TEMPLATES_DIR
 from ..tracking.records import append_jsonl, run_hash
-from ..tracking.bootstrap import bootstrap_mean_ci, paired_difference
+from ..tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
 from ..tracking.markdown import fill, pipe_table
 from ..training.devices import check_devices
 
@@ -178,13 +178,14 @@ def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
                     continue
                 difference = paired_difference(np.stack(first["per_user"]), np.stack(second["per_user"]),
                                                cases=first["cases"])
-                verdict = "✱" if difference.excludes_zero else " (within noise)"
-                row.append(f"{difference.mean:+.4f} [{difference.low:+.4f}, {difference.high:+.4f}]{verdict}")
-                signs.append(int(np.sign(difference.mean)) if difference.excludes_zero else 0)
+                words = "✱" if difference.significant else f", {verdict(difference)}"
+                row.append(f"{difference.mean:+.4f} [{difference.low:+.4f}, {difference.high:+.4f}]{words}")
+                signs.append(int(np.sign(difference.mean)) if difference.significant else 0)
             pair_rows.append(row)
             if len(signs) == 2 and signs[0] != signs[1]:
                 changed.append(f"{a} − {b}")
-        lines += ["Paired differences (95% paired bootstrap over test users; ✱: the interval excludes 0):", "",
+        lines += ["Paired differences (95% paired bootstrap over test users; ✱: the interval excludes 0 and Welch's "
+                  "t-test over the seeds' mean AUCs gives p < 0.05):", "",
                   pipe_table(["difference", "leave-one-out", "time split"], pair_rows, align="lrr"), "",
                   _summary(splits, dataset, changed), ""]
     lines += ["## Commands", "", "Time-split runs: " + ("; ".join(f"`{c}`" for c in commands) or "none yet") + ".",

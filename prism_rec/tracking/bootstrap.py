@@ -5,7 +5,9 @@ the columns of every matrix of a dataset in the same user order (case_ranks.py g
 A model's figure is the mean over users of its seed-averaged per-user AUC, so the seeds of a model share
 every resample of users. The intervals are scipy.stats.bootstrap percentile intervals over users; they
 measure how much the figure depends on which users are in the test set, with the seeds averaged out,
-not how much another training seed would move it (the tables give the std over seeds for that).
+not how much another training seed would move it (the tables give the std over seeds for that; a paired
+difference also carries Welch's t-test over the two models' per-seed means, ``seed_p``, and counts as
+significant only when both its interval excludes 0 and ``seed_p`` < ``SEED_ALPHA``).
 Where a user has several test cases (a time split), ``cases`` [U] gives each user's count, the per-user
 values are that user's mean over them, and the figure is the mean over cases: users are still what is
 resampled (a cluster bootstrap), so a user's correlated cases move together.
@@ -23,6 +25,7 @@ from scipy import stats
 N_RESAMPLES = 10_000
 LEVEL = 0.95
 BATCH = 64  # resamples drawn at once: [BATCH, U] floats in memory, not [N_RESAMPLES, U]
+SEED_ALPHA = 0.05  # a difference must also stand out from seed-to-seed training variance at this level
 
 
 def seed_mean(per_user: np.ndarray) -> np.ndarray:
@@ -76,8 +79,10 @@ def bootstrap_mean_ci(per_user: np.ndarray, n_resamples: int = N_RESAMPLES, leve
 @dataclass(frozen=True)
 class PairedDifference:
     """Model a minus model b over the same test users: the difference of their mean AUC, its paired
-    bootstrap interval, whether that interval excludes 0, and the two-sided Wilcoxon signed-rank p-value
-    of the per-user seed-averaged differences (NaN when every difference is 0: the test is undefined)."""
+    bootstrap interval, whether that interval excludes 0, the two-sided Wilcoxon signed-rank p-value of the
+    per-user seed-averaged differences (NaN when every difference is 0: the test is undefined), and the
+    two-sided p-value of Welch's t-test between the two models' per-seed mean AUCs (NaN with fewer than 2
+    seeds a side, or no spread at all: the seed variance is then unknown)."""
 
     mean: float
     low: float
@@ -85,6 +90,33 @@ class PairedDifference:
     excludes_zero: bool
     wilcoxon_p: float
     n_users: int
+    seed_p: float
+
+    @property
+    def significant(self) -> bool:
+        """The interval over users excludes 0 and the gap stands out from the seed-to-seed spread."""
+        return self.excludes_zero and self.seed_p < SEED_ALPHA  # False for a NaN seed_p
+
+
+def verdict(difference: PairedDifference) -> str:
+    """What a paired difference shows, in words: "excludes 0" (significant), "users only (...)" when only
+    the interval over users excludes 0, or "within noise"."""
+    if difference.significant:
+        return "excludes 0"
+    if not difference.excludes_zero:
+        return "within noise"
+    if math.isnan(difference.seed_p):
+        return "users only (seed spread unknown: under 2 seeds)"
+    return f"users only (within seed spread: Welch p {difference.seed_p:.2g})"
+
+
+def seed_welch_p(a: np.ndarray, b: np.ndarray, cases: np.ndarray | None = None) -> float:
+    """Welch's two-sided t-test p between the per-seed mean AUCs of ``a`` [Sa, U] and ``b`` [Sb, U]."""
+    first = [weighted_mean(row, cases) for row in np.atleast_2d(a)]
+    second = [weighted_mean(row, cases) for row in np.atleast_2d(b)]
+    if min(len(first), len(second)) < 2 or (np.ptp(first) == 0 and np.ptp(second) == 0):
+        return math.nan
+    return float(stats.ttest_ind(first, second, equal_var=False).pvalue)
 
 
 def paired_difference(a: np.ndarray, b: np.ndarray, n_resamples: int = N_RESAMPLES, level: float = LEVEL,
@@ -103,4 +135,4 @@ def paired_difference(a: np.ndarray, b: np.ndarray, n_resamples: int = N_RESAMPL
     else:
         p_value = math.nan
     return PairedDifference(weighted_mean(differences, cases), low, high, bool(low > 0 or high < 0), p_value,
-                            len(differences))
+                            len(differences), seed_welch_p(a, b, cases))

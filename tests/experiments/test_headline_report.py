@@ -14,7 +14,7 @@ import pytest
 from prism_rec.cli import main
 from prism_rec.experiments.headline import report
 from prism_rec.tracking import case_ranks
-from prism_rec.tracking.bootstrap import bootstrap_mean_ci, paired_difference
+from prism_rec.tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
 
 N_USERS, N_ITEMS = 40, 101
 ELECTRONICS, SHORT = "electronics-gerec", "movies-fedcsr"
@@ -148,14 +148,15 @@ def test_paired_differences_match_stats_and_say_within_noise(results):
     expected = paired_difference(matrix(lines, ELECTRONICS, "prism"), matrix(lines, ELECTRONICS, "gated_deltanet"))
     cells = cells_of(section, "prism − gated_deltanet")
     assert cells[1:3] == [f"{expected.mean:+.4f}", f"[{expected.low:+.4f}, {expected.high:+.4f}]"]
-    assert cells[4] == ("**excludes 0** ✱" if expected.excludes_zero else "within noise")
+    assert cells[4] == f"{expected.seed_p:.2g}" and cells[5] == (
+        "**excludes 0** ✱" if expected.significant else verdict(expected))
     assert cells_of(section, "best − second: sasrec − prism")[0] == "best − second: sasrec − prism"
     noconv_vs_nogain = paired_difference(matrix(lines, ELECTRONICS, "prism-noconv"),
                                          matrix(lines, ELECTRONICS, "prism-nogain"))
     assert isinstance(noconv_vs_nogain.excludes_zero, bool)
     short = text.split(f"### {SHORT}")[1].split("## Checks")[0]
     assert cells_of(short,
-                    "prism − sasrec")[1:] == ["missing", "missing", "missing", "undetermined (prism, sasrec missing)"]
+                    "prism − sasrec")[1:] == ["missing"] * 4 + ["undetermined (prism, sasrec missing)"]
 
 
 def test_checks_list_the_runs_near_the_floor_on_the_plateau_and_at_the_cap(results):
@@ -262,15 +263,18 @@ def test_equal_means_share_their_average_rank():
 
 
 def test_the_same_seed_check_compares_runs_at_the_same_rate_only():
-    def entry(model, seed, auc, lr=1e-3, commit="abc1234"):
-        return {"dataset": "yelp-iclrec", "model": model, "seed": seed, "test_auc": auc, "git_commit": commit, "lr": lr}
+    def entry(model, seed, auc, lr=1e-3, commit="abc1234", **compile_mode):
+        return {"dataset": "yelp-iclrec", "model": model, "seed": seed, "test_auc": auc, "git_commit": commit, "lr": lr,
+                **compile_mode}
 
     manifest = [entry("gated_deltanet", 0, 0.9), entry("prism-L0", 0, 0.9), entry("gated_deltanet", 1, 0.8),
-                entry("prism-L0", 1, 0.80002, commit="def5678"), entry("gated_deltanet", 2, 0.7, lr=3e-3),
+                entry("prism-L0", 1, 0.80002, commit="def5678", compile="graphs"),
+                entry("gated_deltanet", 2, 0.7, lr=3e-3),
                 entry("prism-L0", 2, 0.6)]
     line = report.same_seed_check(manifest, "prism-L0", "gated_deltanet", "the same model")
     assert line == ("**prism-L0 against gated_deltanet, seed by seed** (the same model): the same test AUC to every "
-                    "digit in 1 of 2 runs; different in yelp-iclrec s1 (2.0e-05; commits def5678 and abc1234) "
+                    "digit in 1 of 2 runs; different in yelp-iclrec s1 (2.0e-05; commits def5678 and abc1234, "
+                    "compile graphs and off) "
                     "(1 pair(s) trained at different rates left out).")
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from prism_rec.tracking.bootstrap import bootstrap_mean_ci, paired_difference, seed_mean
+from prism_rec.tracking.bootstrap import bootstrap_mean_ci, paired_difference, seed_mean, verdict
 
 
 def test_the_interval_is_scipys_percentile_bootstrap_of_the_seed_means():
@@ -105,3 +105,23 @@ def test_users_with_several_cases_are_resampled_whole_and_weighted_by_their_case
     assert low == pytest.approx(plain[0], abs=0.004) and high == pytest.approx(plain[1], abs=0.004)
     difference = paired_difference(per_user, per_user - 0.01, cases=cases)
     assert difference.mean == pytest.approx(0.01) and difference.excludes_zero
+
+
+def test_a_gap_within_the_seed_spread_is_users_only():
+    """A shift that every test user shows but that the seeds' own spread swamps: the interval over users
+    excludes 0, Welch's t-test over the per-seed means does not reject, so the difference is not significant;
+    with one seed a side the seed spread is unknown; a shift far beyond it is significant."""
+    rng = np.random.default_rng(0)
+    users = rng.uniform(0.4, 0.9, size=500)
+    noisy = np.stack([users + offset for offset in (0.00, 0.02, -0.02)])  # seeds that move every user together
+    shifted = np.stack([users + 0.004 + offset for offset in (0.01, -0.015, 0.005)])
+    difference = paired_difference(shifted, noisy)
+    assert difference.excludes_zero and not difference.significant
+    welch = scipy_stats.ttest_ind(shifted.mean(1), noisy.mean(1), equal_var=False)
+    assert difference.seed_p == pytest.approx(welch.pvalue)
+    assert verdict(difference).startswith("users only (within seed spread: Welch p ")
+    single = paired_difference(shifted[:1], noisy[:1])
+    assert math.isnan(single.seed_p) and verdict(single) == "users only (seed spread unknown: under 2 seeds)"
+    far = paired_difference(noisy + 0.2, noisy)
+    assert far.significant and verdict(far) == "excludes 0"
+    assert verdict(paired_difference(noisy, noisy)) == "within noise"

@@ -31,7 +31,7 @@ from .protocol import (CASE_RANKS_NAME, DATASETS, LAYERS, MANIFEST_NAME, PROTOCO
 from ...training.metrics import METRIC_NAMES
 from ...paths import RESULTS_DIR, TEMPLATES_DIR
 from ...tracking.plots import auc_bar_chart, pareto_chart
-from ...tracking.bootstrap import N_RESAMPLES, PairedDifference, bootstrap_mean_ci, paired_difference
+from ...tracking.bootstrap import N_RESAMPLES, PairedDifference, bootstrap_mean_ci, paired_difference, verdict
 
 COMMAND = "prism-rec headline tables"
 FLOOR = "pop"  # item popularity: the row every trained backbone must clear
@@ -273,18 +273,22 @@ def pair_rows(grid: Grid, dataset: str) -> list[tuple[str, PairedDifference | st
 
 
 def difference_text(difference: PairedDifference | str) -> list[str]:
-    """The cells of a paired-difference row: difference, interval, Wilcoxon p, verdict."""
+    """The cells of a paired-difference row: difference, interval, Wilcoxon p, Welch p over seeds, verdict."""
     if isinstance(difference, str):
-        return ["missing", "missing", "missing", f"undetermined ({difference})"]
+        return ["missing", "missing", "missing", "missing", f"undetermined ({difference})"]
     p_value = "n/a (all differences 0)" if math.isnan(difference.wilcoxon_p) else f"{difference.wilcoxon_p:.2g}"
-    verdict = "**excludes 0** ✱" if difference.excludes_zero else "within noise"
-    return [f"{difference.mean:+.4f}", f"[{difference.low:+.4f}, {difference.high:+.4f}]", p_value, verdict]
+    seed_p = "n/a" if math.isnan(difference.seed_p) else f"{difference.seed_p:.2g}"
+    words = verdict(difference)
+    return [f"{difference.mean:+.4f}", f"[{difference.low:+.4f}, {difference.high:+.4f}]", p_value, seed_p,
+            f"**{words}** ✱" if difference.significant else words]
+
+
+PAIRED_HEADER = ["value", "95% paired bootstrap CI (test users)", "Wilcoxon p", "Welch p (seeds)", "verdict"]
 
 
 def paired_table(grid: Grid, dataset: str) -> str:
     rows = [[what, *difference_text(difference)] for what, difference in pair_rows(grid, dataset)]
-    return pipe_table(["difference of mean test AUC", "value", "95% paired bootstrap CI (test users)", "Wilcoxon p",
-                       "verdict"], rows, align="lrrrl")
+    return pipe_table(["difference of mean test AUC", *PAIRED_HEADER], rows, align="lrrrrl")
 
 
 def paired_note() -> str:
@@ -351,10 +355,21 @@ def trained_runs(grid: Grid) -> list[dict]:
                   key=lambda e: (grid.datasets.index(e["dataset"]), order[e["model"]], e["seed"], e["lr"]))
 
 
+def table_run_summary(grid: Grid, flagged: list[dict]) -> str:
+    """How many of ``flagged`` are table runs (seeds at the chosen rate), in all and per dataset."""
+    table_ids = {run["record_id"] for cell in grid.cells.values() for run in cell.runs}
+    ours = [e for e in flagged if e["record_id"] in table_ids]
+    trained = {d: sum(len(c.runs) for c in grid.trained(d)) for d in grid.datasets}
+    per_dataset = [f"{d} {n} of {trained[d]}" for d in grid.datasets
+                   if (n := sum(e["dataset"] == d for e in ours))]
+    return (f"Among the {sum(trained.values())} trained table runs (seeds at the chosen rate): {len(ours)}"
+            + (f" ({', '.join(per_dataset)})." if per_dataset else "."))
+
+
 def near_floor(grid: Grid) -> list[str]:
     """Every trained run (tuning runs too) whose test AUC is less than NEAR_FLOOR above its dataset's pop
     row (or below it)."""
-    lines, checked, without = [], 0, set()
+    lines, checked, without, flagged = [], 0, set(), []
     for entry in trained_runs(grid):
         floor = grid.floor(entry["dataset"])
         if floor is None:
@@ -362,11 +377,12 @@ def near_floor(grid: Grid) -> list[str]:
             continue
         checked += 1
         if entry["test_auc"] < floor["test_auc"] + NEAR_FLOOR:
+            flagged.append(entry)
             lines.append(f"- {run_name(entry, grid)}: test AUC {entry['test_auc']:.4f}, pop {floor['test_auc']:.4f} "
                          f"({entry['test_auc'] - floor['test_auc']:+.4f})")
     head = (f"**Runs near the floor** (test AUC less than {NEAR_FLOOR} above the pop row of their dataset, or "
             f"below it; every trained run, tuning runs included): {len(lines)} of {checked}"
-            + (":" if lines else ": none."))
+            + (f". {table_run_summary(grid, flagged)} The runs:" if lines else ": none."))
     if without:
         head += f" Not checked, no pop row: {', '.join(d for d in grid.datasets if d in without)}."
     return [head, *lines]
@@ -386,10 +402,11 @@ def plateau_reason(entry: dict, floor: dict | None) -> str | None:
 
 
 def plateaus(grid: Grid) -> list[str]:
-    lines, runs = [], trained_runs(grid)
+    lines, runs, flagged = [], trained_runs(grid), []
     for entry in runs:
         reason = plateau_reason(entry, grid.floor(entry["dataset"]))
         if reason:
+            flagged.append(entry)
             lines.append(f"- {run_name(entry, grid)}: {reason}")
     no_floor = [d for d in grid.datasets if grid.floor(d) is None and any(e["dataset"] == d for e in runs)]
     head = (f"**Runs stopped on the plateau.** Rule: a trained run stopped on the popularity plateau when its best "
@@ -397,7 +414,8 @@ def plateaus(grid: Grid) -> list[str]:
             f"(it never got clearly past ranking by popularity, which is what the first epochs learn), or when its "
             f"best epoch is {PLATEAU_BEST_EPOCH} or earlier and it then ran out of patience before the epoch cap "
             f"(nothing it learned after the first epochs helped). Every trained run, tuning runs included: "
-            f"{len(lines)} of {len(runs)}" + (":" if lines else ": none."))
+            f"{len(lines)} of {len(runs)}"
+            + (f". {table_run_summary(grid, flagged)} The runs:" if lines else ": none."))
     if no_floor:
         head += f" Without a pop row only the second clause was checked on {', '.join(no_floor)}."
     return [head, *lines]
@@ -412,6 +430,18 @@ def cap_check(grid: Grid) -> list[str]:
             f"{len(runs)} trained runs, tuning runs included; {len(improving)} of them had their best epoch within "
             f"the last `patience` epochs (still improving when stopped)" + (":" if at_cap else "."))
     return [head, *(f"- {run_name(e, grid)}: best epoch {e['best_epoch']} of {e['epochs_run']}" for e in at_cap)]
+
+
+def divergence_check(grid: Grid) -> list[str]:
+    """Runs whose scores stopped being finite: before their first validation (no metrics; the rate loses the
+    tuning) or later (training ended there, the best epoch before it kept)."""
+    early = [e for e in grid.entries if e.get("diverged")]
+    later = [e for e in trained_runs(grid) if e.get("diverged_epoch")]
+    head = (f"**Diverged runs** (scores not finite; tuning runs included): {len(early)} before their first "
+            f"validation, {len(later)} later" + (":" if early or later else "."))
+    return [head, *(f"- {run_name(e, grid)}: before its first validation" for e in early),
+            *(f"- {run_name(e, grid)}: at epoch {e['diverged_epoch']}, best epoch {e['best_epoch']} kept"
+              for e in later)]
 
 
 def case_rank_check(grid: Grid) -> str:
@@ -438,7 +468,8 @@ def same_seed_check(manifest: list[dict], model: str, reference: str, why: str) 
         return (f"**{model} against {reference}, seed by seed:** no run of both with the same dataset, seed and "
                 f"rate{skipped}.")
     differing = [f"{dataset} s{seed} ({abs(ours['test_auc'] - theirs['test_auc']):.1e}; commits "
-                 f"{ours['git_commit']} and {theirs['git_commit']})"
+                 f"{ours['git_commit']} and {theirs['git_commit']}, compile {ours.get('compile', 'off')} and "
+                 f"{theirs.get('compile', 'off')})"
                  for (dataset, _, seed), ours, theirs in pairs if ours["test_auc"] != theirs["test_auc"]]
     return (f"**{model} against {reference}, seed by seed** ({why}): the same test AUC to every digit in "
             f"{len(pairs) - len(differing)} of {len(pairs)} runs"
@@ -457,8 +488,7 @@ def authors_table(grid: Grid) -> str:
     faithful backbones, and the paper's ordering claims (PRISM above GDN, near SASRec) under both."""
     rows = [[dataset, f"{first} − {second}", *difference_text(grid.paired(dataset, first, second))]
             for dataset in grid.datasets for first, second in AUTHORS_PAIRS]
-    return pipe_table(["dataset", "difference of mean test AUC", "value", "95% paired bootstrap CI", "Wilcoxon p",
-                       "verdict"], rows, align="llrrrl")
+    return pipe_table(["dataset", "difference of mean test AUC", *PAIRED_HEADER], rows, align="llrrrrl")
 
 
 def ablation(grid: Grid) -> list[str]:
@@ -471,17 +501,18 @@ def ablation(grid: Grid) -> list[str]:
               f"{ours[rank]} {auc_text(cells[ours[rank]])}" if rank < len(ours) else "missing"]
              for rank, model in enumerate(paper)]
     missing = [m for m in paper if not cells[m].runs]
+    pairs = {model: grid.paired(ABLATION_DATASET, "prism", model) for model in paper[1:]}
+    unresolved = [f"prism − {m}" for m, d in pairs.items() if isinstance(d, str) or not d.significant]
     if missing:
-        verdict = f"Order undetermined: {', '.join(missing)} missing."
+        order_text = f"Order undetermined: {', '.join(missing)} missing."
     else:
-        verdict = ("The paper's order holds" if ours == paper else "Not the paper's order") + (
-            " by mean; two presets whose paired interval below holds 0 are not ordered by this grid.")
-    differences = [[f"prism − {model}", *difference_text(grid.paired(ABLATION_DATASET, "prism", model))]
-                   for model in paper[1:]]
+        order_text = ("The paper's order holds" if ours == paper else "Not the paper's order") + " by mean" + (
+            f"; the grid does not separate prism from a preset where the difference below is not significant "
+            f"({len(unresolved)} of {len(pairs)}: {', '.join(unresolved)})." if unresolved else ".")
+    differences = [[f"prism − {model}", *difference_text(difference)] for model, difference in pairs.items()]
     return [pipe_table(["rank", "paper Table 3 (Electronics AUC)", f"ours ({ABLATION_DATASET}, test AUC mean ± std)"],
-                       order, align="rll"), "", verdict, "",
-            pipe_table(["prism − preset", "value", "95% paired bootstrap CI", "Wilcoxon p", "verdict"], differences,
-                       align="lrrrl")]
+                       order, align="rll"), "", order_text, "",
+            pipe_table(["prism − preset", *PAIRED_HEADER], differences, align="lrrrrl")]
 
 
 def v1_means(v1_entries: list[dict]) -> dict[tuple[str, str], float]:
@@ -707,7 +738,7 @@ def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing
         "summary_table": summary_table(grid), "paper_table": paper_table(), "paired_note": paired_note(),
         "per_dataset": "".join(dataset_section(grid, dataset, pareto_missing) + "\n\n" for dataset in grid.datasets),
         "checks": "\n".join([*near_floor(grid), "", *plateaus(grid), "", *cap_check(grid), "",
-                             case_rank_check(grid), "", same_seed]),
+                             *divergence_check(grid), "", case_rank_check(grid), "", same_seed]),
         "authors_table": authors_table(grid), "ablation_dataset": ABLATION_DATASET,
         "ablation": "\n".join(ablation(grid)), "v1_comparison": "\n".join(v1_comparison(grid, v1_entries)),
         "tuning_table": "\n".join(tuning_table(grid)), "cost_tables": "\n".join(cost_tables(grid, solo)),
