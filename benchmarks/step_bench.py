@@ -518,7 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cell-seconds", type=float, default=3.0,
                         help="fewer timed steps (at least 2) when a cell would take longer than this")
     parser.add_argument("--loss-path", default="fused,chunked", help="fused, chunked or both (comma-separated)")
-    parser.add_argument("--compile", default="off", help="step modes, comma-separated: off, inductor, cudagraphs, auto")
+    parser.add_argument("--compile", default="off",
+                        help="step modes, comma-separated: off, inductor, cudagraphs, graphs, auto")
     parser.add_argument("--check-compiled", default="prism",
                         help="backbones whose compiled encoder is checked against eager first ('' for none)")
     parser.add_argument("--check-only", action="store_true",
@@ -593,7 +594,8 @@ def report_header(args: argparse.Namespace, device: torch.device, command: str) 
             f"layers, {args.n_heads} heads, random full windows; median wall time of up to {args.steps} steps after "
             f"{args.warmup} warm-up steps, synchronised per step; peak = torch.cuda.max_memory_allocated. "
             f"Compile modes (prism_rec/training/compile.py): off = eager; inductor = the encoder through "
-            f"torch.compile; cudagraphs = the same replayed as CUDA graphs; compiled steps use fused AdamW on CUDA. "
+            f"torch.compile (TorchInductor); cudagraphs = the same replayed as CUDA graphs; graphs = the eager "
+            f"kernels, unfused, replayed as CUDA graphs; compiled steps use fused AdamW on CUDA. "
             f"The warm-up steps include the compilation, which the timed steps do not."]
 
 
