@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from prism_rec.data.commands import add_parser
 from prism_rec.data.export import export_recbole
@@ -34,10 +35,14 @@ def test_export_rows(tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["books.inter", "books.item"]
 
 
-def test_recbole_reads_the_same_data(tmp_path):
+def test_recbole_reads_the_same_data(tmp_path, monkeypatch, request):
     for alias, target in (("float_", "float64"), ("complex_", "complex128"), ("unicode_", "str_")):
         if not hasattr(np, alias):
-            setattr(np, alias, getattr(np, target))
+            monkeypatch.setattr(np, alias, getattr(np, target), raising=False)
+    # recbole loads its SINE model on the way, whose module turns torch's anomaly detection on for the whole
+    # process (recbole/model/sequential_recommender/sine.py): every later test would run under it
+    anomaly = torch.is_anomaly_enabled()
+    request.addfinalizer(lambda: torch.autograd.set_detect_anomaly(anomaly))
     recbole_config = pytest.importorskip("recbole.config")
     recbole_data = pytest.importorskip("recbole.data")
     dataset = load_dataset("yelp", raw_dir=FIXTURES / "yelp", processed_dir=tmp_path, use_cache=False,
