@@ -18,6 +18,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any, Callable
 
 FAILED = "failed"
@@ -208,3 +209,14 @@ def _stop_pool(pool: list[_Worker]) -> None:
             worker.process.kill()
             worker.process.join()
         worker.connection.close()
+
+
+def add_grid_run_options(parser, out_help: str) -> None:
+    """The options every grid driver's ``run`` takes (headline run, split-study run): --out, --workers,
+    --budget, --device."""
+    parser.add_argument("--out", required=True, type=Path, help=out_help)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--budget", type=float, help="wall-clock seconds; no run starts after them")
+    parser.add_argument("--device", default="auto",
+                        help="auto, cpu, cuda, cuda:N, or a comma list (cuda:0,cuda:1): worker i trains on the i-th, "
+                             "cyclically")

@@ -33,7 +33,7 @@ from ..files import read_jsonl, write_atomically
 from .headline.driver import HeadlineJob, manifest_entry, train_cell
 from .headline.report import seeds_text
 from .headline.protocol import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL, SEEDS, training_config
-from .jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
+from .jobs import ABANDONED, FAILED, WorkerDevices, add_grid_run_options, run_jobs
 from ..paths import RESULTS_DIR, TEMPLATES_DIR
 from ..tracking.records import append_jsonl, run_hash
 from ..tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
@@ -214,10 +214,7 @@ def add_parser(subparsers) -> None:
                                   description=__doc__.split("\n\n")[0])
     commands = study.add_subparsers(dest="split_command", required=True)
     run = commands.add_parser("run", help="train the time-split runs not yet in DIR's manifest")
-    run.add_argument("--out", required=True, type=Path)
-    run.add_argument("--workers", type=int, default=1)
-    run.add_argument("--budget", type=float, help="wall-clock seconds; no run starts after them")
-    run.add_argument("--device", default="auto")
+    add_grid_run_options(run, "folder of the time-split manifest and case ranks")
     run.set_defaults(func=command_run)
     table = commands.add_parser("table", help="write results/split.md")
     table.set_defaults(func=lambda args: print(f"wrote {write_table()}"))

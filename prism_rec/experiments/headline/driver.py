@@ -43,7 +43,7 @@ from ...errors import OptionError
 from ...files import read_jsonl, write_jsonl
 from .protocol import (CASE_RANKS_NAME, DATASETS, MANIFEST_NAME, PROTOCOL, SEEDS, backbone_parameters,
                                 training_config)
-from ..jobs import ABANDONED, FAILED, WorkerDevices, run_jobs
+from ..jobs import ABANDONED, FAILED, WorkerDevices, add_grid_run_options, run_jobs
 from ...options import resolve_models
 from ...tracking.records import RECORDS_SUFFIX, append_jsonl, import_records, make_record, run_hash
 from ...paths import RESULTS_DIR
@@ -351,15 +351,10 @@ def add_parser(subparsers) -> None:
                                      description=__doc__.split("\n\n")[0])
     commands = headline.add_subparsers(dest="headline_command", required=True)
     run = commands.add_parser("run", help="train the grid's missing cells")
-    run.add_argument("--out", required=True, type=Path, help="folder of the manifest and the records")
+    add_grid_run_options(run, "folder of the manifest and the records")
     run.add_argument("--datasets", default=",".join(DATASETS))
     run.add_argument("--models", default="all", help="comma-separated backbones, or all (every registered one)")
     run.add_argument("--seeds", type=int, default=len(SEEDS), help="how many seeds, from 0")
-    run.add_argument("--workers", type=int, default=1)
-    run.add_argument("--budget", type=float, help="wall-clock seconds; no job starts after them")
-    run.add_argument("--device", default="auto",
-                     help="auto, cpu, cuda, cuda:N, or a comma list (cuda:0,cuda:1): worker i trains on the i-th, "
-                          "cyclically")
     run.add_argument("--lr-grid", default=",".join(f"{rate:g}" for rate in tuning.LR_GRID),
                      help="comma-separated learning rates tried on seed 0 of every base backbone")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
