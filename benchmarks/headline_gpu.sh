@@ -18,6 +18,9 @@
 # checked against eager on the GPU (benchmarks/step_bench.py --check-only, CHECK_PROCESSES at a time,
 # default 6, each stopped after CHECK_SECONDS, default 180); the backbones whose check differs, fails or
 # times out train eager (headline run --eager-models); the check's time comes off BUDGET.
+# SPECULATE (default 1) passes --speculate: workers left idle start the other seeds of a backbone whose rate
+# grid is unfinished at the rate leading so far (a run over ~300 s cannot wait for its grid to end in the
+# same call, and runs cannot resume across calls); SPECULATE=0 only starts runs whose rate is chosen.
 # SPLIT_WORKERS=N (default 0) also runs the split study (prism_rec/experiments/split_study.py) beside the grid on N
 # more workers through the same MPS server, for the same budget; it writes split_manifest.jsonl,
 # split_case_ranks.jsonl (the new lines only) and split_log.txt into OUT_DIR/split.
@@ -74,7 +77,8 @@ if [ "${SPLIT_WORKERS:-0}" -gt 0 ]; then
 fi
 timeout $((budget + 45)) python3 -m prism_rec.cli headline run --out "$out" --datasets "$datasets" \
     --models "${MODELS:-all}" --workers "$workers" --budget "$budget" --device "$device" \
-    --set compile="$compile_mode" ${eager_models:+--eager-models "$eager_models"} > "$out/headline_log.txt" 2>&1
+    --set compile="$compile_mode" ${eager_models:+--eager-models "$eager_models"} \
+    $(if [ "${SPECULATE:-1}" = 1 ]; then echo --speculate; fi) > "$out/headline_log.txt" 2>&1
 status=$?
 if [ -n "$split_pid" ]; then
     wait "$split_pid" || status=1

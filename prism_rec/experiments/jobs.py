@@ -82,13 +82,16 @@ class _Worker:
     job: Any = None
 
 
-def _next_job(queue: list, deadline: float, expected_seconds: Callable[[Any], float] | None) -> Any:
-    """Pop the first job of ``queue`` expected to end before ``deadline`` (a job whose estimate is None
-    always qualifies); None when none does."""
+def _next_job(queue: list, deadline: float, expected_seconds: Callable[[Any], float] | None,
+              wanted: Callable[[Any], bool] | None = None) -> Any:
+    """Pop the first job of ``queue`` that ``wanted`` accepts (when given) and that is expected to end before
+    ``deadline`` (a job whose estimate is None always qualifies); None when none does."""
     left = deadline - time.time()
     if left <= 0:
         return None
     for index, job in enumerate(queue):
+        if wanted is not None and not wanted(job):
+            continue
         seconds = None if expected_seconds is None else expected_seconds(job)
         if seconds is None or seconds <= left:
             return queue.pop(index)
@@ -98,14 +101,15 @@ def _next_job(queue: list, deadline: float, expected_seconds: Callable[[Any], fl
 def run_jobs(jobs: list, work: Callable[[Any], dict], workers: int, deadline: float,
              on_result: Callable[[Any, dict], None], abandon_at_deadline: bool = False,
              expected_seconds: Callable[[Any], float | None] | None = None,
-             cuda_devices: list[str] | None = None) -> list:
+             cuda_devices: list[str] | None = None, wanted: Callable[[Any], bool] | None = None) -> list:
     """Run ``work(job)`` for ``jobs`` in order on ``workers`` processes; ``on_result(job, result)`` is
     called in this process as each one ends (result["status"] is the job's own, "failed" or "abandoned")
     and may return further jobs, which join the end of the queue (jobs that depend on earlier results).
 
     ``work`` must be a module-level function and jobs picklable. ``deadline`` is a ``time.time()``
     value. With ``expected_seconds``, a free worker skips jobs expected to outlast the deadline and takes
-    the first that fits, so fewer are abandoned. With ``cuda_devices``, worker i makes
+    the first that fits, so fewer are abandoned; with ``wanted``, it passes over the jobs that ``wanted``
+    refuses at that moment (jobs queued on a guess that later results disproved). With ``cuda_devices``, worker i makes
     ``cuda_devices[i % len]`` its current device for good (one CUDA context per worker), so jobs that
     ask for plain "cuda" spread over the devices. Returns the jobs never started.
     """
@@ -113,11 +117,11 @@ def run_jobs(jobs: list, work: Callable[[Any], dict], workers: int, deadline: fl
         raise ValueError(f"option --workers: must be >= 1, got {workers}")
     queue = list(jobs)
     if workers == 1:
-        return _run_here(queue, work, deadline, on_result, expected_seconds, cuda_devices)
+        return _run_here(queue, work, deadline, on_result, expected_seconds, cuda_devices, wanted)
     pool = _start_pool(min(workers, len(queue)), work, max(1, (os.cpu_count() or 1) // workers), cuda_devices)
     try:
         while True:
-            _feed(pool, queue, deadline, expected_seconds)
+            _feed(pool, queue, deadline, expected_seconds, wanted)
             busy = [worker for worker in pool if worker.job is not None]
             if not busy:
                 return queue
@@ -131,13 +135,14 @@ def run_jobs(jobs: list, work: Callable[[Any], dict], workers: int, deadline: fl
 
 
 def _run_here(queue: list, work: Callable[[Any], dict], deadline: float, on_result: Callable[[Any, dict], None],
-              expected_seconds: Callable[[Any], float | None] | None, cuda_devices: list[str] | None) -> list:
+              expected_seconds: Callable[[Any], float | None] | None, cuda_devices: list[str] | None,
+              wanted: Callable[[Any], bool] | None) -> list:
     """``run_jobs`` with one worker: the jobs one after another in this process; returns those never started."""
     if cuda_devices:
         import torch
 
         torch.cuda.set_device(cuda_devices[0])
-    while (job := _next_job(queue, deadline, expected_seconds)) is not None:
+    while (job := _next_job(queue, deadline, expected_seconds, wanted)) is not None:
         queue.extend(on_result(job, _call(work, job)) or [])
     return queue
 
@@ -157,11 +162,11 @@ def _start_pool(size: int, work: Callable[[Any], dict], threads: int, cuda_devic
 
 
 def _feed(pool: list[_Worker], queue: list, deadline: float,
-          expected_seconds: Callable[[Any], float | None] | None) -> None:
-    """Send every free, living worker the next job that fits before the deadline (if any)."""
+          expected_seconds: Callable[[Any], float | None] | None, wanted: Callable[[Any], bool] | None) -> None:
+    """Send every free, living worker the next wanted job that fits before the deadline (if any)."""
     for worker in pool:
         if worker.job is None and worker.process.is_alive():
-            worker.job = _next_job(queue, deadline, expected_seconds)
+            worker.job = _next_job(queue, deadline, expected_seconds, wanted)
             if worker.job is not None:
                 worker.connection.send(worker.job)
 

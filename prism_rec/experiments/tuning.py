@@ -65,17 +65,35 @@ def choose_rate(valid_auc_by_rate: dict[float, float], grid: tuple[float, ...]) 
     return max(sorted(grid), key=lambda rate: (valid_auc_by_rate[rate], -rate))
 
 
-def chosen_rates(entries: list[dict], grid: tuple[float, ...] = LR_GRID) -> dict[tuple[str, str], float]:
-    """{(dataset, base backbone): chosen rate} for every base whose seed-0 grid is complete in ``entries``
-    (manifest lines with ``dataset``, ``model``, ``seed``, ``lr`` and ``best_valid_auc``, -inf for a run
-    that diverged before its first validation; the newest line per (dataset, model, rate) counts)."""
+def _valid_auc_by_rate(entries: list[dict]) -> dict[tuple[str, str], dict[float, float]]:
+    """{(dataset, base backbone): {rate: best validation AUC of seed 0}} from manifest lines with
+    ``dataset``, ``model``, ``seed``, ``lr`` and ``best_valid_auc`` (-inf for a run that diverged before its
+    first validation); the newest line per (dataset, model, rate) counts."""
     seen: dict[tuple[str, str], dict[float, float]] = {}
     for entry in entries:
         model = entry["model"]
         if entry["seed"] == TUNING_SEED and model not in UNTRAINED and model == tuning_base(model):
             seen.setdefault((entry["dataset"], entry["model"]), {})[float(entry["lr"])] = entry["best_valid_auc"]
-    choices = {key: choose_rate(by_rate, grid) for key, by_rate in seen.items()}
+    return seen
+
+
+def chosen_rates(entries: list[dict], grid: tuple[float, ...] = LR_GRID) -> dict[tuple[str, str], float]:
+    """{(dataset, base backbone): chosen rate} for every base whose seed-0 grid is complete in ``entries``
+    (manifest lines, see ``_valid_auc_by_rate``)."""
+    choices = {key: choose_rate(by_rate, grid) for key, by_rate in _valid_auc_by_rate(entries).items()}
     return {key: rate for key, rate in choices.items() if rate is not None}
+
+
+def leading_rates(entries: list[dict], grid: tuple[float, ...] = LR_GRID) -> dict[tuple[str, str], float]:
+    """{(dataset, base backbone): the rate the choice rule would pick among the rates tried so far} for
+    every base whose seed-0 grid has started but is not complete: the best guess at its choice, on which
+    a driver may start the other seeds before the grid ends (they count only if the guess holds)."""
+    leading = {}
+    for key, by_rate in _valid_auc_by_rate(entries).items():
+        tried = tuple(rate for rate in grid if rate in by_rate)
+        if 0 < len(tried) < len(grid):
+            leading[key] = choose_rate(by_rate, tried)
+    return leading
 
 
 def rate_for(dataset: str, model: str, choices: dict[tuple[str, str], float]) -> float | None:

@@ -107,6 +107,21 @@ def test_rates_are_tuned_on_seed_0_then_the_seeds_and_presets_follow(tmp_path, f
                                      "ml-100k/sasrec/lr0.003/s2"]
 
 
+def test_speculation_starts_seeds_at_the_leading_rate_and_passes_over_a_lost_guess(tmp_path, fake_training):
+    """With one worker: sasrec's s1 is guessed at 1e-3 (its first rate), then 3e-3 wins and the guess is
+    passed over; prism's guess (1e-3) holds and its s1 does not train twice."""
+    counts = driver.run_headline(["ml-100k"], ["sasrec", "prism"], [0, 1], tmp_path, 1, None, grid=GRID,
+                                 speculate=True)
+    assert sorted(fake_training[:4]) == ["ml-100k/prism/lr0.001/s0", "ml-100k/prism/lr0.003/s0",
+                                         "ml-100k/sasrec/lr0.001/s0", "ml-100k/sasrec/lr0.003/s0"]
+    assert sorted(fake_training[4:]) == ["ml-100k/prism/lr0.001/s1", "ml-100k/sasrec/lr0.003/s1"]
+    assert counts["finished"] == 6 and counts["passed over (guessed rate lost)"] == 1 and counts["not started"] == 0
+    manifest = read_jsonl(tmp_path / protocol.MANIFEST_NAME)
+    first_sasrec = [e for e in manifest if e["model"] == "sasrec"][:1]
+    assert driver.tuning.leading_rates(first_sasrec, GRID) == {("ml-100k", "sasrec"): first_sasrec[0]["lr"]}
+    assert driver.tuning.leading_rates(manifest, GRID) == {}  # every grid complete: chosen, not leading
+
+
 def test_a_preset_needs_its_base_and_the_grid_is_checked(tmp_path, fake_training, capsys):
     with pytest.raises(ValueError, match="option --models: prism-L1 take the learning rate chosen for prism"):
         driver.run_headline(["ml-100k"], ["prism-L1"], [0], tmp_path, 1, None)
@@ -204,14 +219,31 @@ def test_time_estimates_follow_the_planned_concurrency_and_the_epochs_of_the_rat
     jobs = [sasrec, slow, fresh_slow, fresh]
     hashes = {entry["config_hash"] for entry in seen} | {j.run_hash for j in jobs}
     interactions = {"ml-100k": 1000, "yelp-iclrec": 1000}
-    expected, timed = driver.estimate_seconds(jobs, seen, interactions, hashes, 7.0)
+    expected, basis, timed = driver.estimate_seconds(jobs, seen, interactions, hashes, 7.0)
     assert timed and expected[sasrec.label] == pytest.approx(3.5 * 20)  # 3.5 s per epoch x its own 20 epochs
+    assert basis[sasrec.label] == "seen" and basis[fresh.label] == "scaled"
     assert expected[slow.label] == pytest.approx(3.5 * 50)  # the dataset's 50 epochs at 3e-4
     assert expected[fresh_slow.label] / expected[fresh.label] == pytest.approx(50 / 20)  # any dataset's, per rate
     seen.pop()  # no run at 3e-4 left: any run's epochs (20, 20, 80: median 20)
     assert driver.estimate_seconds([slow], seen, interactions, hashes, 7.0)[0][slow.label] == pytest.approx(3.5 * 20)
     other_settings = [{**entry, "config_hash": "elsewhere"} for entry in seen]
-    assert not driver.estimate_seconds([sasrec], other_settings, interactions, {sasrec.run_hash}, 7.0)[1]
+    assert not driver.estimate_seconds([sasrec], other_settings, interactions, {sasrec.run_hash}, 7.0)[2]
+
+
+def test_time_estimates_prefer_runs_in_the_jobs_compile_mode():
+    """A run's seconds per epoch in the job's own compile mode win over those of another mode (a run
+    recorded before the compile option trained eager); with only another mode's, the basis says so."""
+    compiled = driver.HeadlineJob("ml-100k", "sasrec", protocol.training_config(
+        "ml-100k", "sasrec", 1, "cpu", {"compile": "graphs"}, 1e-3), "hash-s1", "")
+    eager_run = {"dataset": "ml-100k", "model": "sasrec", "config_hash": "hash-s0", "wall_seconds": 300.0,
+                 "epochs_run": 10, "lr": 1e-3, "jobs_per_device": 7.0}
+    compiled_run = {**eager_run, "config_hash": "hash-s2", "wall_seconds": 100.0, "compile": "graphs"}
+    hashes = {"hash-s0", "hash-s1", "hash-s2"}
+    expected, basis, _ = driver.estimate_seconds([compiled], [eager_run], {"ml-100k": 1000}, hashes, 7.0)
+    assert expected[compiled.label] == pytest.approx(300.0) and basis[compiled.label] == "other mode"
+    expected, basis, _ = driver.estimate_seconds([compiled], [eager_run, compiled_run], {"ml-100k": 1000},
+                                                 hashes, 7.0)
+    assert expected[compiled.label] == pytest.approx(100.0) and basis[compiled.label] == "seen"
 
 
 def test_eager_models_train_with_compile_off_under_the_same_hashes():
@@ -238,13 +270,20 @@ def test_jobs_go_tuning_runs_first_then_longest_first():
 
 
 def test_estimates_correct_themselves_by_the_runs_finished_in_this_call():
-    fast, slow, unseen = _job("sasrec", 0), _job("prism", 0), _job("hstu", 0)
-    estimates = driver.CorrectedEstimates({fast.label: 100.0, slow.label: 300.0, unseen.label: 200.0})
+    fast, slow, unseen, eager = _job("sasrec", 0), _job("prism", 0), _job("hstu", 0), _job("titans", 0)
+    again, unseen_again, other = _job("sasrec", 1), _job("hstu", 1), _job("mamba2", 0)
+    prior = {fast.label: 100.0, slow.label: 300.0, unseen.label: 200.0, eager.label: 400.0, again.label: 100.0,
+             unseen_again.label: 200.0, other.label: 200.0}
+    basis = {label: "scaled" for label in prior} | {eager.label: "other mode"}
+    estimates = driver.CorrectedEstimates(prior, basis)
     estimates.finished(fast, 50.0)  # took half its estimate
     estimates.finished(slow, 120.0)  # 0.4 of it
-    assert estimates(unseen) == 200.0  # fewer than MIN_RUNS finished: the prior
+    assert estimates(unseen) == 200.0  # fewer than MIN_RUNS of its basis finished: the prior
+    assert estimates(again) == pytest.approx(50.0)  # a run of the same (dataset, model) finished: its ratio
     estimates.finished(unseen, 160.0)  # 0.8 of it
-    assert estimates(unseen) == pytest.approx(200.0 * 0.5)  # the median ratio
+    assert estimates(other) == pytest.approx(200.0 * 0.5)  # MIN_RUNS of its basis: their median ratio
+    assert estimates(unseen_again) == pytest.approx(200.0 * 0.8)  # its own backbone's ratio wins
+    assert estimates(eager) == 400.0  # another basis's runs never correct it
 
 
 def test_gpu_sharing_is_mps_only_where_a_server_control_pipe_is(tmp_path, monkeypatch):

@@ -14,7 +14,8 @@ grid. Jobs go tuning runs first, then the runs at chosen rates, longest-first wi
 seen earlier for the same cell, else interactions x backbone parameters scaled by the times seen), so
 the short ones fill the end of a budget. With ``--budget`` seconds
 a job starts only when that estimate (once any time has been seen), corrected by how long this call's
-finished runs took against theirs, ends before the deadline; jobs still running at it are abandoned,
+finished runs of the same backbone, or of the same kind of estimate, took against theirs, ends before
+the deadline; jobs still running at it are abandoned,
 unrecorded. Manifest lines say how the runs shared the GPU (``gpu_sharing``: "mps" when the driver ran
 as a client of an NVIDIA MPS server, which lets kernels of several processes run at once).
 
@@ -123,29 +124,35 @@ def diverged_entry(job: HeadlineJob) -> dict:
 
 
 def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions: dict[str, int],
-                     grid_hashes: set[str], jobs_per_device: float) -> tuple[dict[str, float], bool]:
-    """Expected wall seconds per job label, and whether any time was seen (if not, the figures only rank the
-    jobs). Seconds per epoch come from the same (dataset, model) in ``manifest`` among runs with the grid's
-    settings (``grid_hashes``: the settings hash of every cell, any seed), else interactions x backbone
-    parameters times the median seconds per epoch and unit seen. Epochs: the median of the runs of the same
-    (dataset, model, rate), else of the same (dataset, rate) (a lower rate trains for more epochs before its
-    patience runs out), else of that rate on any dataset, else of any run.
-    A time seen while ``jobs_per_device`` of the entry ran at once on its GPU counts in proportion to the
-    concurrency planned now (runs share the GPU's time)."""
-    per_epoch: dict[tuple[str, str], list[float]] = {}
+                     grid_hashes: set[str], jobs_per_device: float
+                     ) -> tuple[dict[str, float], dict[str, str], bool]:
+    """Expected wall seconds per job label, the basis of each figure, and whether any time was seen (if
+    not, the figures only rank the jobs). Seconds per epoch come from the same (dataset, model) in
+    ``manifest`` among runs with the grid's settings (``grid_hashes``: the settings hash of every cell, any
+    seed): in the job's compile mode (basis "seen") if such runs exist, else in another mode ("other mode");
+    else interactions x backbone parameters times the median seconds per epoch and unit seen ("scaled").
+    Epochs: the median of the runs of the same (dataset, model, rate), else of the same (dataset, rate) (a
+    lower rate trains for more epochs before its patience runs out), else of that rate on any dataset, else
+    of any run. A time seen while ``jobs_per_device`` of the entry ran at once on its GPU counts in
+    proportion to the concurrency planned now (runs share the GPU's time)."""
+    per_epoch: dict[tuple[str, str, str], list[float]] = {}
     epochs: dict[tuple[str, str, float], list[int]] = {}
     for entry in manifest:
         if entry["config_hash"] in grid_hashes and "wall_seconds" in entry:  # diverged runs have no time
             sharing = jobs_per_device / entry.get("jobs_per_device", jobs_per_device)
-            per_epoch.setdefault((entry["dataset"], entry["model"]), []).append(
+            mode = entry.get("compile") or "off"  # runs before the compile option trained eager
+            per_epoch.setdefault((entry["dataset"], entry["model"], mode), []).append(
                 entry["wall_seconds"] * sharing / entry["epochs_run"])
             epochs.setdefault((entry["dataset"], entry["model"], entry["lr"]), []).append(entry["epochs_run"])
     parameters: dict[str, int] = {}
     for job in jobs:
         if job.model not in parameters:
             parameters[job.model] = backbone_parameters(job.model, job.config)
+    by_pair: dict[tuple[str, str], list[float]] = {}
+    for (dataset, model, _), seconds in per_epoch.items():
+        by_pair.setdefault((dataset, model), []).extend(seconds)
     scales = [statistics.fmean(seconds) / (interactions[d] * parameters[m])
-              for (d, m), seconds in per_epoch.items() if d in interactions and parameters.get(m)]  # pop has none
+              for (d, m), seconds in by_pair.items() if d in interactions and parameters.get(m)]  # pop has none
     scale = statistics.median(scales) if scales else 1.0
 
     def expected_epochs(job: HeadlineJob) -> float:
@@ -157,38 +164,53 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
         return statistics.median(seen(job.dataset, job.model, lr) or seen(job.dataset, None, lr)
                                  or seen(None, None, lr) or seen(None, None, None) or [1])
 
-    def estimate(job: HeadlineJob) -> float:
-        seconds = per_epoch.get((job.dataset, job.model))
-        per = statistics.fmean(seconds) if seconds else scale * interactions[job.dataset] * parameters[job.model]
-        return per * expected_epochs(job)
+    seconds, basis = {}, {}
+    for job in jobs:
+        same_mode = per_epoch.get((job.dataset, job.model, job.config.compile))
+        any_mode = by_pair.get((job.dataset, job.model))
+        per = statistics.fmean(same_mode or any_mode) if any_mode else (
+            scale * interactions[job.dataset] * parameters[job.model])
+        seconds[job.label] = per * expected_epochs(job)
+        basis[job.label] = "seen" if same_mode else "other mode" if any_mode else "scaled"
+    return seconds, basis, bool(scales)
 
-    return {job.label: estimate(job) for job in jobs}, bool(scales)
 
-
-def order_jobs(jobs: list[HeadlineJob], expected: dict[str, float]) -> list[HeadlineJob]:
-    """Tuning runs first (the others wait for their choice), then longest-first by ``expected`` seconds
+def order_jobs(jobs: list[HeadlineJob], expected: dict[str, float],
+               certain: list[HeadlineJob] | None = None) -> list[HeadlineJob]:
+    """Tuning runs first (the others wait for their choice), then the runs at a chosen rate, then (when
+    ``certain`` lists those) the runs at a guessed rate, each group longest-first by ``expected`` seconds
     (short jobs pack the end of a budget)."""
-    return sorted(jobs, key=lambda job: (not job.tunes, -expected[job.label]))
+    sure = None if certain is None else {job.label for job in certain}
+    return sorted(jobs, key=lambda job: (not job.tunes, sure is not None and job.label not in sure,
+                                         -expected[job.label]))
 
 
 class CorrectedEstimates:
-    """Expected seconds of a job: its prior estimate times the median ratio of actual to expected seconds
-    among the runs finished so far, once ``MIN_RUNS`` have (1 before), so a prior that scaled the times seen
-    at another concurrency, or without MPS, too pessimistically or too optimistically corrects itself as
-    runs end (waiting for a few keeps the first, shortest runs from setting it alone)."""
+    """Expected seconds of a job: its prior estimate times the median ratio of actual to prior seconds among
+    the runs finished so far in this call of the same (dataset, model), once one has; else among those
+    whose prior had the same basis (estimate_seconds: "seen", "other mode", "scaled"), once ``MIN_RUNS``
+    have; else the prior. Each basis errs its own way (a time measured eager is too long for a compiled
+    run, a time scaled from another backbone's may be off either way, and the concurrency scaling of
+    either is approximate), so one basis's ratio never corrects another's, and waiting for a few runs
+    keeps the first, shortest ones from setting it alone."""
 
     MIN_RUNS = 3
 
-    def __init__(self, prior: dict[str, float]):
-        self.prior, self.ratios = prior, []
+    def __init__(self, prior: dict[str, float], basis: dict[str, str]):
+        self.prior, self.basis = prior, basis
+        self.by_basis: dict[str, list[float]] = {}
+        self.by_pair: dict[tuple[str, str], list[float]] = {}
 
     def finished(self, job: HeadlineJob, seconds: float) -> None:
         if self.prior[job.label] > 0:
-            self.ratios.append(seconds / self.prior[job.label])
+            ratio = seconds / self.prior[job.label]
+            self.by_basis.setdefault(self.basis[job.label], []).append(ratio)
+            self.by_pair.setdefault((job.dataset, job.model), []).append(ratio)
 
     def __call__(self, job: HeadlineJob) -> float:
-        correction = statistics.median(self.ratios) if len(self.ratios) >= self.MIN_RUNS else 1.0
-        return self.prior[job.label] * correction
+        ratios = self.by_pair.get((job.dataset, job.model)) or self.by_basis.get(self.basis[job.label], [])
+        enough = (job.dataset, job.model) in self.by_pair or len(ratios) >= self.MIN_RUNS
+        return self.prior[job.label] * (statistics.median(ratios) if enough else 1.0)
 
 
 def gpu_sharing(device: str) -> str:
@@ -228,13 +250,17 @@ class GridPlan:
                             name, model, config, run_hash(name, dataset.options, model, config), command)
         self.hashes = {job.run_hash for job in self.jobs.values()}
 
-    def runnable(self, manifest: list[dict]) -> list[HeadlineJob]:
+    def runnable(self, manifest: list[dict], speculate: bool = False) -> list[HeadlineJob]:
+        """The jobs whose rate is known and which ``manifest`` lacks; with ``speculate``, also the other
+        seeds of a base whose rate grid is incomplete, at the rate leading so far (tuning.leading_rates)."""
         finished = {(e["dataset"], e["model"], e["seed"], e["config_hash"]) for e in manifest}
-        choices = tuning.chosen_rates([e for e in manifest if e["config_hash"] in self.hashes], self.grid)
+        entries = [e for e in manifest if e["config_hash"] in self.hashes]
+        choices = tuning.chosen_rates(entries, self.grid)
+        guesses = tuning.leading_rates(entries, self.grid) if speculate else {}
         ready = []
         for (dataset, model, seed, lr), job in self.jobs.items():
-            wanted = (model in tuning.UNTRAINED or job.tunes
-                      or lr == tuning.rate_for(dataset, model, choices))
+            rate = tuning.rate_for(dataset, model, choices) or tuning.rate_for(dataset, model, guesses)
+            wanted = model in tuning.UNTRAINED or job.tunes or lr == rate
             if wanted and (dataset, model, seed, job.run_hash) not in finished:
                 ready.append(job)
         return ready
@@ -243,9 +269,12 @@ class GridPlan:
 def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_dir: Path, workers: int,
                  budget: float | None, device: str = "auto", overrides: dict | None = None,
                  command: str = "", grid: tuple[float, ...] = tuning.LR_GRID,
-                 eager_models: frozenset[str] = frozenset()) -> dict[str, int]:
+                 eager_models: frozenset[str] = frozenset(), speculate: bool = False) -> dict[str, int]:
     """Train the grid's runs not yet in ``out_dir``'s manifest, adding each base's chosen-rate runs as its
-    rate grid completes; returns counts per outcome."""
+    rate grid completes; returns counts per outcome. With ``speculate``, the other seeds of a base whose
+    grid is incomplete also queue, after the rest, at the rate leading so far (idle workers start them
+    while the grid's last runs train; they are passed over once the leading rate changes, and one that
+    trained at a rate the grid then did not choose stays in the manifest, out of the tables)."""
     if budget is not None and budget <= 0:
         raise ValueError(f"option --budget: must be > 0 seconds, got {budget}")
     grid = tuning.check_grid(list(grid))
@@ -259,13 +288,14 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
     loaded = {name: load_dataset(name) for name in datasets}  # prepares the caches the workers read
     interactions = {name: dataset.stats()["interactions"] for name, dataset in loaded.items()}
     plan = GridPlan(loaded, models, seeds, grid, devices.job_device, overrides or {}, command, eager_models)
-    jobs = plan.runnable(manifest)
-    queued = {job.label for job in jobs}
+    jobs = plan.runnable(manifest, speculate)
+    queued, wanted = {job.label for job in jobs}, {job.label for job in jobs}
     counts = {"already in manifest": sum(e["config_hash"] in plan.hashes for e in manifest), "finished": 0,
-              DIVERGED: 0, FAILED: 0, ABANDONED: 0, "not started": 0}
+              DIVERGED: 0, FAILED: 0, ABANDONED: 0, "not started": 0, "passed over (guessed rate lost)": 0}
     jobs_per_device = max(1, min(workers, len(jobs))) / len(devices.names)
-    prior, timed = estimate_seconds(list(plan.jobs.values()), manifest, interactions, plan.hashes, jobs_per_device)
-    jobs, expected = order_jobs(jobs, prior), CorrectedEstimates(prior)
+    prior, basis, timed = estimate_seconds(list(plan.jobs.values()), manifest, interactions, plan.hashes,
+                                           jobs_per_device)
+    jobs, expected = order_jobs(jobs, prior, plan.runnable(manifest)), CorrectedEstimates(prior, basis)
     sharing_mode = gpu_sharing(devices.job_device)
     print(f"{len(jobs)} runs ready on {devices.describe()} with {workers} worker(s) "
           f"(GPU sharing: {sharing_mode}; rates {', '.join(f'{r:g}' for r in grid)})"
@@ -296,17 +326,21 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
                   f"{metrics['train_tokens_per_s']:,.0f} tokens/s", flush=True)
         append_jsonl(manifest_path, entry)
         manifest.append(entry)
-        follow_ups = order_jobs([j for j in plan.runnable(manifest) if j.label not in queued], prior)
+        ready = plan.runnable(manifest, speculate)
+        wanted.clear()
+        wanted.update(j.label for j in ready)
+        follow_ups = order_jobs([j for j in ready if j.label not in queued], prior, plan.runnable(manifest))
         queued.update(j.label for j in follow_ups)
         if follow_ups:
-            print(f"{job.dataset}/{tuning.tuning_base(job.model)}: rate chosen, {len(follow_ups)} run(s) queued",
-                  flush=True)
+            print(f"{job.dataset}/{tuning.tuning_base(job.model)}: rate chosen or leading, {len(follow_ups)} "
+                  f"run(s) queued", flush=True)
         return follow_ups
 
     not_started = run_jobs(jobs, train_cell, workers, deadline, on_result, abandon_at_deadline=True,
                            expected_seconds=expected if timed else None,
-                           cuda_devices=devices.cuda_devices)
-    counts["not started"] = len(not_started)
+                           cuda_devices=devices.cuda_devices, wanted=lambda job: job.label in wanted)
+    passed_over = sum(job.label not in wanted for job in not_started)
+    counts["not started"], counts["passed over (guessed rate lost)"] = len(not_started) - passed_over, passed_over
     print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)
     return counts
 
@@ -361,6 +395,9 @@ def add_parser(subparsers) -> None:
                      help="change a training setting (for quick checks), e.g. --set epochs=1")
     run.add_argument("--eager-models", default="",
                      help="comma-separated backbones that train with compile off whatever --set compile says")
+    run.add_argument("--speculate", action="store_true",
+                     help="also start the other seeds of a backbone whose rate grid is unfinished, at the rate "
+                          "leading so far, after every other run (they count only if that rate is chosen)")
     run.set_defaults(func=command_run)
     imported = commands.add_parser("import", help="log run records into the MLflow store")
     imported.add_argument("source", type=Path, help="a folder holding *.records.jsonl files, or one such file")
@@ -385,7 +422,8 @@ def command_run(args: argparse.Namespace) -> None:
         raise OptionError(f"option --seeds: must be >= 1, got {args.seeds}")
     counts = run_headline(datasets, models, list(range(args.seeds)), args.out, args.workers, args.budget,
                           args.device, parse_overrides(args.set), args.invocation, tuning.parse_grid(args.lr_grid),
-                          frozenset(resolve_models(args.eager_models, "--eager-models") if args.eager_models else ()))
+                          frozenset(resolve_models(args.eager_models, "--eager-models") if args.eager_models else ()),
+                          args.speculate)
     if counts[FAILED]:
         sys.exit(1)
 
