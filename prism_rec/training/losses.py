@@ -53,14 +53,18 @@ def fused_available(device: torch.device) -> bool:
     return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def resolve_path(path: str, device: torch.device) -> str:
-    """``path`` ("auto", "fused" or "chunked") made concrete for tensors on ``device``."""
+def resolve_path(path: str, device: torch.device, width: int | None = None) -> str:
+    """``path`` ("auto", "fused" or "chunked") made concrete for tensors on ``device`` whose rows are
+    ``width`` wide (when known): "auto" takes the fused path on CUDA up to ``MAX_FUSED_D``, else chunked."""
     if path not in PATHS:
         raise ValueError(f"loss path must be one of {PATHS}, got {path!r}")
+    fits = width is None or width <= MAX_FUSED_D
     if path == "auto":
-        return "fused" if device.type == "cuda" and fused_available(device) else "chunked"
+        return "fused" if device.type == "cuda" and fused_available(device) and fits else "chunked"
     if path == "fused" and not fused_available(device):
         raise ValueError("the fused loss path needs Triton and CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors)")
+    if path == "fused" and not fits:
+        raise ValueError(f"the fused loss path takes d <= {MAX_FUSED_D}, got {width}; use the chunked or auto path")
     return path
 
 
@@ -69,7 +73,8 @@ def full_softmax_loss_sum(hidden: torch.Tensor, table: torch.Tensor, targets: to
     """Sum over rows of the full-softmax cross-entropy of ``hidden [N, d]`` against ``table [I, d]``.
 
     ``targets [N]`` are 0-based rows of ``table``. Returns an fp32 scalar; differentiable in ``hidden``
-    and ``table``. ``path``: "auto" (fused on CUDA, chunked elsewhere), "fused" or "chunked".
+    and ``table``. ``path``: "auto" (fused on CUDA up to d = ``MAX_FUSED_D``, chunked otherwise), "fused" or
+    "chunked".
     """
     if hidden.dim() != 2 or table.dim() != 2 or hidden.shape[1] != table.shape[1]:
         raise ValueError(f"hidden [N, d] and table [I, d] must share d, got {tuple(hidden.shape)} and "
@@ -77,7 +82,7 @@ def full_softmax_loss_sum(hidden: torch.Tensor, table: torch.Tensor, targets: to
     if targets.shape != hidden.shape[:1]:
         raise ValueError(f"targets must have shape [N] = {tuple(hidden.shape[:1])}, got {tuple(targets.shape)}")
     positive = (hidden * table[targets]).sum(-1).float()  # [N]
-    if resolve_path(path, hidden.device) == "fused":
+    if resolve_path(path, hidden.device, hidden.shape[1]) == "fused":
         lse = fused_logsumexp(hidden, table)
     else:
         lse = chunked_logsumexp(hidden, table)

@@ -13,13 +13,16 @@ from prism_rec.experiments.throughput import command, measure, shapes
 TINY = ["--config", "tiny", "--device", "cpu"]
 
 
-def test_tiny_run_writes_report_plot_and_mlflow_runs(tmp_path, monkeypatch):
+def test_tiny_run_writes_report_plot_and_mlflow_runs(tmp_path, monkeypatch, capsys):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    main(["throughput", *TINY, "--models", "sasrec,gated_deltanet", "--results-dir", str(tmp_path), "--mlflow", "on"])
+    main(["throughput", *TINY, "--models", "sasrec,gated_deltanet,pop", "--results-dir", str(tmp_path),
+          "--mlflow", "on"])
+    assert "skipped pop: no training step to time" in capsys.readouterr().out
 
     report = (tmp_path / "throughput-tiny.md").read_text()
-    assert "Produced by: `prism-rec throughput --models sasrec,gated_deltanet --config tiny" in report
+    assert "Produced by: `prism-rec throughput --models sasrec,gated_deltanet,pop --config tiny" in report
+    assert "| pop |" not in report
     for row in ("| sasrec | 2 x 16 |", "| gated_deltanet | 2 x 16 |", "| sasrec | 2 x 8 |"):
         assert row in report
     assert "tok/s" in report and "Logged to MLflow" in report

@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from prism_rec.training import losses
 from prism_rec.training.losses import LOGIT_CHUNK_ROWS, full_softmax_loss_sum, resolve_path
 from prism_rec.models.recommender import SequentialRecommender
 from prism_rec.training.trainer import NextItemObjective
@@ -69,6 +70,12 @@ def test_paths_resolve_by_device(monkeypatch):
         resolve_path("fused", torch.device("cpu"))
     with pytest.raises(ValueError, match="loss path must be one of"):
         resolve_path("dense", torch.device("cpu"))
+    monkeypatch.setattr(losses, "fused_available", lambda device: True)  # as on a CUDA machine
+    cuda = torch.device("cuda")
+    assert resolve_path("auto", cuda, 64) == "fused" and resolve_path("auto", cuda) == "fused"
+    assert resolve_path("auto", cuda, 768) == "chunked"  # the language-model width: beyond the fused kernels
+    with pytest.raises(ValueError, match="fused loss path takes d <= 256, got 768; use the chunked or auto"):
+        resolve_path("fused", cuda, 768)
     hidden, table, targets = _case(4, 10, 8, torch.float32)
     with pytest.raises(ValueError, match="targets must have shape"):
         full_softmax_loss_sum(hidden, table, targets[:3])

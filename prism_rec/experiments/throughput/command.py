@@ -12,6 +12,7 @@ import torch
 
 from ...files import write_atomically
 from ...options import resolve_models
+from ..tuning import UNTRAINED
 from ...paths import RESULTS_DIR
 from ...tracking.store import machine_description
 from ...training.devices import resolve_device
@@ -72,8 +73,12 @@ def command_throughput(args: argparse.Namespace) -> None:
     overrides = {"warmup": args.warmup, "steps": args.steps, "case_budget_s": args.case_budget}
     configuration = Configuration(**{**CONFIGURATIONS[name].__dict__,
                                      **{key: value for key, value in overrides.items() if value is not None}})
-    run(resolve_models(args.models), configuration, device, results_dir, args.mlflow, args.total_budget,
-        command_line(args))
+    models = resolve_models(args.models)
+    untrained = [model for model in models if model in UNTRAINED]
+    if untrained:
+        print(f"skipped {', '.join(untrained)}: no training step to time (it counts training interactions)")
+    run([model for model in models if model not in UNTRAINED], configuration, device, results_dir, args.mlflow,
+        args.total_budget, command_line(args))
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
