@@ -7,6 +7,19 @@ from .chunk import chunk_delta_scan
 from .naive import naive_delta_scan
 
 BACKENDS = ("auto", "naive", "torch", "triton", "chunk_parallel")
+# From this length on, "auto" takes chunk_parallel on CUDA: on the H200 (bf16, forward+backward, L = 0;
+# results/kernels.md, 2026-12-01) it ran 2.67 ms against the fused kernel's 3.15 at (64, 1024, 4, 64) and
+# 17.1 against 30.1 at (8, 8192, 8, 128), while the fused kernel stays ahead at T <= 200.
+CHUNK_PARALLEL_MIN_T = 1024
+
+
+def auto_backend(on_cuda: bool, length: int) -> str:
+    """The backend "auto" resolves to for a [B, ``length``, H, K] input: the Triton kernels on CUDA when
+    Triton is installed (the fused one below ``CHUNK_PARALLEL_MIN_T`` tokens, chunk_parallel from it on),
+    the chunked PyTorch path elsewhere."""
+    if not on_cuda or importlib.util.find_spec("triton") is None:
+        return "torch"
+    return "chunk_parallel" if length >= CHUNK_PARALLEL_MIN_T else "triton"
 
 
 def _check_shape(name, tensor, expected, described):
@@ -64,14 +77,14 @@ def delta_scan(q, k, v, g, beta=None, extra_k=None, extra_v=None, scale=None, in
     scale defaults to K ** -0.5. Returns (o [B, T, H, V] in v's dtype, final state [B, H, K, V] fp32
     or None). backend: "naive" (per-token loop), "torch" (chunked PyTorch), "triton" (fused kernels, one
     program per (batch, head) walking all chunks), "chunk_parallel" (Triton, intra-chunk work parallel over
-    chunks, only the state recurrence sequential; kernels/chunk_parallel.py), "auto" (triton on CUDA when
-    installed, torch elsewhere).
+    chunks, only the state recurrence sequential; kernels/chunk_parallel.py), "auto" (``auto_backend``: on CUDA
+    triton below ``CHUNK_PARALLEL_MIN_T`` tokens and chunk_parallel from it on, torch elsewhere).
     """
     _validate(q, k, v, g, beta, extra_k, extra_v, initial_state, backend)
     if scale is None:
         scale = q.shape[-1] ** -0.5
     if backend == "auto":
-        backend = "triton" if q.is_cuda and importlib.util.find_spec("triton") is not None else "torch"
+        backend = auto_backend(q.is_cuda, q.shape[1])
     if backend == "naive":
         o, final_state = naive_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state)
     elif backend == "torch":

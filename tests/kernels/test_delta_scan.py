@@ -1,5 +1,6 @@
 """delta_scan: the chunked PyTorch path against the per-token reference, and input handling."""
 
+import importlib
 import importlib.util
 import itertools
 
@@ -162,3 +163,15 @@ def test_triton_runs_on_a_device_other_than_the_current_one():
     torch.cuda.set_device(0)
     inputs = make_inputs(T=70, L=2, with_beta=True, with_initial_state=True, **SHAPE, device="cuda:1")
     assert_close_to(run_with_grads(inputs, "triton"), run_with_grads(inputs, "naive"), rtol=1e-4)
+
+
+def test_auto_backend_takes_chunk_parallel_from_the_measured_length_on():
+    """The fused kernel below CHUNK_PARALLEL_MIN_T on CUDA, chunk_parallel from it on (results/kernels.md),
+    the PyTorch path off CUDA whatever the length."""
+    module = importlib.import_module("prism_rec.kernels.delta_scan")  # the package exports the function
+    threshold = module.CHUNK_PARALLEL_MIN_T
+    if importlib.util.find_spec("triton") is not None:
+        assert module.auto_backend(True, 200) == "triton"
+        assert module.auto_backend(True, threshold - 1) == "triton"
+        assert module.auto_backend(True, threshold) == "chunk_parallel"
+    assert module.auto_backend(False, 8192) == "torch"
