@@ -9,19 +9,29 @@
 # .whl/mlflow: mlflow-skinny 3.17.2 with the needs its image lacks (alembic, sqlalchemy, pydantic,
 # opentelemetry, databricks-sdk, ...; enough for `make bench` on a sqlite store, not for the UI server);
 # .whl/fla: fla-core 0.6.0 (--no-deps); .whl/recbole: recbole 1.2.1 (--no-deps; it ships ml-100k).
-# PRISM_REC_MPS=1 also starts the CUDA MPS daemon. Sourced, it leaves the caller's shell options alone;
-# it returns 1 when an install fails.
+# Sourced again on the same machine (a script started by a shell that already sourced it), it installs
+# nothing twice. PRISM_REC_MPS=1 also starts the CUDA MPS daemon; PRISM_REC_MPS=0 with CUDA_MPS_PIPE_DIRECTORY
+# exported joins a daemon a parent shell started, so that two device scripts can share one GPU (only the
+# shell that started a daemon stops it: prism_rec_stop_mps). Sourced, it leaves the caller's shell options
+# alone; it returns 1 when an install fails. It also defines prism_rec_return_triton_cache (below), which
+# the device scripts call last.
 _prism_rec_gpu_setup() {
-    local wheels
+    local wheels installed=/tmp/prism_rec_installed
     wheels=$(find .whl -type f -name '*.whl' 2>/dev/null | sort)
-    if [ -n "$wheels" ]; then
-        # shellcheck disable=SC2086  # one argument per wheel
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-            --target /tmp/site $wheels || return 1
+    # what this machine installed last (the wheels and this tree's path): the same again is skipped
+    if [ "$(cat "$installed" 2>/dev/null)" != "$PWD $wheels" ]; then
+        if [ -n "$wheels" ]; then
+            # shellcheck disable=SC2086  # one argument per wheel
+            python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+                --target /tmp/site $wheels || return 1
+        fi
+        python3 -m pip install -q --no-deps --no-build-isolation -e . > /tmp/pip_project.log 2>&1 \
+            || { cat /tmp/pip_project.log; return 1; }
+        echo "$PWD $wheels" > "$installed"
+    fi
+    if [ -n "$wheels" ] && [[ ":${PYTHONPATH:-}:" != *:/tmp/site:* ]]; then
         export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
     fi
-    python3 -m pip install -q --no-deps --no-build-isolation -e . > /tmp/pip_project.log 2>&1 \
-        || { cat /tmp/pip_project.log; return 1; }
     export PRISM_REC_SHARED_DATA=$PWD/.device_data TRITON_CACHE_DIR=$PWD/.triton_cache PYTHONUNBUFFERED=1
     mkdir -p "$TRITON_CACHE_DIR"
     nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader || true
@@ -38,6 +48,7 @@ assert n > 0, 'no CUDA device through MPS'
 [torch.ones(1, device=f'cuda:{i}').sum().item() for i in range(n)]"
         then
             echo "CUDA MPS daemon started; a client reached every GPU through it"
+            _PRISM_REC_MPS_STARTED=1
         else
             echo "CUDA MPS did not start or serve a client; the processes will share the GPUs by time slices"
             echo quit | nvidia-cuda-mps-control 2>/dev/null
@@ -46,3 +57,25 @@ assert n > 0, 'no CUDA device through MPS'
     fi
 }
 _prism_rec_gpu_setup
+
+# prism_rec_stop_mps: stops the CUDA MPS daemon if this shell started it (not one it joined)
+prism_rec_stop_mps() {
+    if [ "${_PRISM_REC_MPS_STARTED:-0}" = 1 ]; then
+        echo quit | nvidia-cuda-mps-control
+        _PRISM_REC_MPS_STARTED=0
+    fi
+}
+
+# prism_rec_return_triton_cache DIR: the Triton cache (what this call compiled and what was carried in) as
+# DIR/triton_cache.tgz, so that the next call, carrying it back as .triton_cache, does not compile the same
+# kernels again (only what a call writes under $OUT comes back). Left out, with a line saying so, above
+# TRITON_CACHE_RETURN_MIB (default 15) compressed. Here, afterwards:
+#   mkdir -p .triton_cache && tar -xzf FILES_AT/triton_cache.tgz -C .triton_cache
+prism_rec_return_triton_cache() {
+    local archive="$1/triton_cache.tgz" limit_mib=${TRITON_CACHE_RETURN_MIB:-15}
+    tar -czf "$archive" -C "$TRITON_CACHE_DIR/" . 2>/dev/null || { rm -f "$archive"; return 0; }
+    if [ "$(stat -c %s "$archive")" -gt $((limit_mib * 1048576)) ]; then
+        echo "Triton cache not returned: $(du -h "$archive" | cut -f1) compressed, over $limit_mib MiB"
+        rm -f "$archive"
+    fi
+}

@@ -11,7 +11,8 @@
 # narrows the grid, MODELS (default all) the backbones. OUT_DIR receives headline_v2_manifest.jsonl (the
 # committed lines and the new ones), headline_v2_case_ranks.new.jsonl (the new runs' lines only: with
 # the committed ones the file outgrows the 16 MiB a device call returns), headline.records.jsonl and
-# headline_log.txt; results/README.md ("Reproducing") says how to merge and import them here.
+# headline_log.txt (and triton_cache.tgz: gpu_setup.sh); results/README.md ("Reproducing") says how to merge
+# and import them here.
 # COMPILE (default off) is the training step's compile mode (TrainConfig.compile: graphs, cudagraphs, ...;
 # results/step_compile.md measured it alone on the GPU); runs keep their settings hash across it, and each
 # manifest line says its mode. Unless it is off, the compiled encoder of every backbone of MODELS is first
@@ -85,7 +86,8 @@ if [ -n "$split_pid" ]; then
     new_lines_only results/split_case_ranks.jsonl "$out/split/split_case_ranks.jsonl"
     tail -n 3 "$out/split/split_log.txt"
 fi
-if [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ]; then echo quit | nvidia-cuda-mps-control; fi
+prism_rec_stop_mps
 new_lines_only results/headline_v2_case_ranks.jsonl "$out/headline_v2_case_ranks.jsonl"
 tail -n 3 "$out/headline_log.txt"
+prism_rec_return_triton_cache "$out"
 exit $status

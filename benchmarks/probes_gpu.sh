@@ -23,8 +23,9 @@
 # compilation); a gap or a failure stops the call before the grid starts.
 # The whole call takes about CALL_SECONDS + 10 s (pausing and the report); a timeout at BUDGET + 30 s guards
 # the grid.
-# OUT_DIR receives five files: probes_manifest.jsonl (every line, old and new), probes_checkpoints.pt,
-# probes.md (the v2 report from the manifest), probes_check.txt and probes_log.txt. Afterwards, here:
+# OUT_DIR receives six files: probes_manifest.jsonl (every line, old and new), probes_checkpoints.pt,
+# probes.md (the v2 report from the manifest), probes_check.txt, probes_log.txt and triton_cache.tgz
+# (gpu_setup.sh). Afterwards, here:
 #   mkdir -p .probes_runs && cp FILES_AT/probes_manifest.jsonl FILES_AT/probes_checkpoints.pt .probes_runs/
 #   cp FILES_AT/probes_manifest.jsonl FILES_AT/probes.md results/      # commit these two
 #   .venv/bin/prism-rec probe --grid --out results --log-manifest   # into MLflow
@@ -61,7 +62,8 @@ if [ $status = 0 ]; then
         --no-mlflow > "$out/probes_log.txt" 2>&1
     status=$?
 fi
-if [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ]; then echo quit | nvidia-cuda-mps-control; fi
+prism_rec_stop_mps
 grep -E "probe runs to do|^skipped \(already in manifest\)|FAILED" "$out/probes_log.txt" 2>/dev/null | head -n 20
 grep -E "planned runs have finished" "$out/probes.md" 2>/dev/null
+prism_rec_return_triton_cache "$out"
 exit $status
