@@ -192,8 +192,9 @@ def test_ablation_v1_tuning_and_cost_sections(results):
     assert cells_of(tuning_rows, ELECTRONICS + " | prism")[2:] == ["0.7400", "**0.7600**", "0.7500", "0.001"]
     assert cells_of(tuning_rows, SHORT + " | sasrec")[2:] == ["0.5800", "0.5800", "missing", "missing (2 of 3 rates)"]
     cost = text.split("## Cost")[1]
-    assert ("Backbones without a solo figure (left out of their plot, which names them): electronics-gerec: hstu, "
-            in cost)
+    assert ("Backbones without a believable solo figure (none, or a suspect one above; left out of their plot, "
+            "which names them): electronics-gerec: hstu, " in cost)
+    assert "No figure is suspect" in cost
     assert "Shared-GPU training tokens/s" in cost and "[electronics-gerec](electronics-gerec/pareto.png)" in cost
     solo = cost.split("Solo training tokens/s")[1].split("Shared-GPU")[0]
     assert "results/solo_throughput.csv, NVIDIA H200;" in solo
@@ -240,6 +241,20 @@ def test_the_pareto_front_keeps_the_undominated_models():
               "tie": (50.0, 0.75)}
     assert report.pareto_front(points) == ["fast", "both", "tie", "good"]
     assert report.pareto_front({}) == []
+
+
+def test_a_solo_step_far_above_its_backbones_median_is_suspect_and_left_out_of_the_plot():
+    def row(step_ms):
+        return {"tokens_per_s": 12800 / step_ms * 1000, "step_ms": step_ms, "machine": "NVIDIA H200"}
+
+    # gated_deltanet's yelp step: 20x its median (a compilation inside the timed steps); titans' T 200 step:
+    # 2x its median, as the datasets' own costs differ
+    solo = {("ml-100k", "gated_deltanet"): row(19.0), ("yelp-iclrec", "gated_deltanet"): row(414.0),
+            ("books-dealrec", "gated_deltanet"): row(18.8), ("ml-100k", "titans"): row(100.0),
+            ("movies-long", "titans"): row(194.0), ("yelp-iclrec", "titans"): row(99.0)}
+    suspect = report.suspect_solo(solo)
+    assert list(suspect) == [("yelp-iclrec", "gated_deltanet")] and suspect[("yelp-iclrec", "gated_deltanet")] > 20
+    assert report.suspect_solo(None) == {}
 
 
 def test_the_plateau_rule():

@@ -588,6 +588,22 @@ def read_solo(path: Path) -> dict[tuple[str, str], dict] | None:
     return {(row["dataset"], row["model"]): row for row in frame.to_dict("records")}
 
 
+# a solo step this many times the same backbone's median step over the datasets is not believed (the
+# datasets' step costs differ by up to about 3x between T 50 and T 200; a compilation or an autotuning pass
+# inside the timed steps makes 5x-20x)
+SUSPECT_STEP_FACTOR = 4.0
+
+
+def suspect_solo(solo: dict | None) -> dict[tuple[str, str], float]:
+    """{(dataset, model): step / that model's median step over the datasets} of the solo rows past
+    SUSPECT_STEP_FACTOR: timings not to plot or compare."""
+    steps: dict[str, list[float]] = {}
+    for (_, model), row in (solo or {}).items():
+        steps.setdefault(model, []).append(float(row["step_ms"]))
+    return {(dataset, model): ratio for (dataset, model), row in (solo or {}).items()
+            if (ratio := float(row["step_ms"]) / statistics.median(steps[model])) > SUSPECT_STEP_FACTOR}
+
+
 def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
     """The models of ``points`` ({model: (tokens/s, AUC)}) that no other beats on one axis without losing
     on the other, fastest first."""
@@ -597,11 +613,12 @@ def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
 
 
 def pareto_points(grid: Grid, dataset: str, solo: dict | None) -> tuple[dict, list[str]]:
-    """{model: (tokens/s, mean AUC, std)} of the trained cells with a solo figure, and the cells without one."""
-    points, missing = {}, []
+    """{model: (tokens/s, mean AUC, std)} of the trained cells with a believable solo figure, and the cells
+    without one (none, or suspect_solo's)."""
+    points, missing, suspect = {}, [], suspect_solo(solo)
     for cell in grid.trained(dataset):
         row = (solo or {}).get((dataset, cell.model))
-        if row is None or not math.isfinite(float(row["tokens_per_s"])):
+        if row is None or not math.isfinite(float(row["tokens_per_s"])) or (dataset, cell.model) in suspect:
             missing.append(cell.model)
         else:
             points[cell.model] = (float(row["tokens_per_s"]), cell.mean, 0.0 if math.isnan(cell.std) else cell.std)
@@ -616,7 +633,7 @@ def write_pareto(grid: Grid, dataset: str, solo: dict | None, path: Path) -> tup
     if solo is None:
         note = f"results/{SOLO_NAME} is absent: no solo tokens/s, nothing to plot"
     elif missing:
-        note = f"no solo tokens/s in results/{SOLO_NAME} for: {', '.join(missing)}"
+        note = f"no believable solo tokens/s in results/{SOLO_NAME} for: {', '.join(missing)}"
     else:
         note = "every trained backbone has a solo figure"
     caption = (f"{note}. Error bars: std of test AUC over seeds. Front: no other backbone is both faster and "
@@ -648,8 +665,15 @@ def cost_tables(grid: Grid, solo: dict | None) -> list[str]:
     trained = [model for model in grid.models if model not in tuning.UNTRAINED]
     solo_rows = [row for row in (solo or {}).values()]
     solo_machines = sorted({str(row["machine"]) for row in solo_rows})
-    solo_table = [[model, *(f"{float(solo[(d, model)]['tokens_per_s']):,.0f}" if solo and (d, model) in solo
-                            else "missing" for d in datasets)] for model in trained]
+    suspect = suspect_solo(solo)
+
+    def solo_cell(dataset: str, model: str) -> str:
+        if not solo or (dataset, model) not in solo:
+            return "missing"
+        figure = f"{float(solo[(dataset, model)]['tokens_per_s']):,.0f}"
+        return f"{figure} (suspect: step {suspect[(dataset, model)]:.1f}x)" if (dataset, model) in suspect else figure
+
+    solo_table = [[model, *(solo_cell(d, model) for d in datasets)] for model in trained]
     shared_table = [[model, *(mean_of(grid.cell(d, model), "train_tokens_per_s", "{:,.0f}") for d in datasets)]
                     for model in trained]
     return [pipe_table(["backbone", "layers", "backbone params", *(f"{d} total params" for d in datasets)], sizes,
@@ -659,6 +683,12 @@ def cost_tables(grid: Grid, solo: dict | None) -> list[str]:
               + (f", {', '.join(solo_machines)}; the commands in its `command` column" if solo_rows else ": absent")
             + "). These are the x axes of the Pareto plots.", "",
             pipe_table(["backbone", *datasets], solo_table, align=numeric),
+            "", (f"Suspect: {len(suspect)} figure(s) whose step took more than {SUSPECT_STEP_FACTOR:g}x the same "
+                 "backbone's median step over the datasets (the step above, as that multiple; the datasets' "
+                 "own costs differ by at most about 3x), most likely a compilation or autotuning inside the "
+                 "timed steps: left out of the Pareto plots until re-measured." if suspect else
+                 f"No figure is suspect (none took more than {SUSPECT_STEP_FACTOR:g}x the same backbone's median "
+                 "step over the datasets)."),
             "", "Shared-GPU training tokens/s of the table runs (the manifest's `train_tokens_per_s`, mean over "
             "seeds: each run's share of a GPU it shared with other runs; not a solo figure, not used in the "
             "Pareto plots):", "", pipe_table(["backbone", *datasets], shared_table, align=numeric)]
@@ -745,7 +775,8 @@ def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing
         "gpu_sharing": gpu_sharing_note(grid.entries),
         "pareto_links": ", ".join(f"[{d}]({d}/pareto.png)" for d in pareto_missing) or "none yet",
         "solo_note": (f"results/{SOLO_NAME} is absent: the plots hold no points and say so." if solo is None else
-                      "Backbones without a solo figure (left out of their plot, which names them): "
+                      "Backbones without a believable solo figure (none, or a suspect one above; left out of "
+                      "their plot, which names them): "
                       + ("; ".join(f"{d}: {', '.join(m)}" for d, m in pareto_missing.items() if m) or "none") + "."),
         "made_by_sources": made_by(SOURCES), "made_by_manifest": made_by(f"`results/{MANIFEST_NAME}`"),
         "made_by_v1": made_by(f"`results/{MANIFEST_NAME}` and {', '.join(f'`results/{p}`' for p in V1_MANIFESTS)}"),
