@@ -12,9 +12,10 @@ memory, for every loss path and every step mode of --compile (prism_rec/training
 inductor, cudagraphs); Books scale: --books-models at --books-items items, T 200; a torch.profiler
 breakdown of each backbone and step mode at the first length (wall and device ms per step, kernel
 launches, top operators by device time). Solo throughput (--datasets): per dataset, backbone and
---solo-compile mode, real training windows (batch --batch-size, the dataset's window), tokens/s over
---solo-steps steps after --solo-warmup (fewer, at least 2, where they would take more than
---cell-seconds), counting the real target positions as trainer.py does; from them, the speed-up of the
+--solo-compile mode, real training windows (full batches of --batch-size, the dataset's window), tokens/s
+= the mean real target positions of a batch (counted as trainer.py does) over the median of --solo-steps
+steps after --solo-warmup (fewer, at least 2, where they would take more than --cell-seconds; each step
+synchronised, the slowest kept as step_ms_max); from them, the speed-up of the
 compiled step per dataset (sum of the backbones' eager step times over the compiled ones). On CUDA the
 script first checks the fused loss against the chunked one (loss and gradients) and stops if they differ.
 
@@ -62,8 +63,8 @@ from prism_rec.training.devices import resolve_device
 from prism_rec.training.config import TrainConfig
 
 HEADLINE_DATASETS = ("ml-100k", "yelp-iclrec", "electronics-gerec", "books-dealrec", "movies-long", "movies-fedcsr")
-SOLO_COLUMNS = ("dataset", "model", "tokens_per_s", "step_ms", "batch_size", "max_len", "n_items", "dtype", "machine",
-                "command", "compile")
+SOLO_COLUMNS = ("dataset", "model", "tokens_per_s", "step_ms", "step_ms_max", "batch_size", "max_len", "n_items",
+                "dtype", "machine", "command", "compile")
 STEP_COLUMNS = ("section", "model", "seq_len", "n_items", "batch_size", "loss_path", "compile", "dtype", "step_ms",
                 "peak_memory_gib", "target_tokens", "status", "warmup_s")
 TOP_OPERATORS = 8
@@ -304,36 +305,33 @@ def check_compiled(backbones: list[str], modes: list[str], device: torch.device)
 
 def solo_cell(dataset, windows: torch.Tensor, backbone: str, compile_mode: str, args, device, command: str,
               budget: Budget) -> dict | None:
-    """Training tokens/s of ``backbone`` on real windows of ``dataset`` alone on the device."""
+    """Training tokens/s of ``backbone`` on real windows of ``dataset`` alone on the device: the mean real
+    targets of a timed batch over the median step (each step synchronised), so one slow step (a kernel
+    tuned or compiled again) does not move it; the slowest step is kept as ``step_ms_max``."""
     if budget.spent():
         print(f"solo {dataset.name} {backbone} compile={compile_mode}: skipped (time budget)", flush=True)
         return None
     max_len = windows.shape[1] - 1
     order = torch.randperm(len(windows), generator=torch.Generator().manual_seed(0))
+    # full batches only: an epoch's last, smaller batch is one more shape to tune and compile kernels for
     batches = [windows[index] for index in order.split(args.batch_size)]
-    steps = args.solo_warmup + args.solo_steps
-    batches = (batches * (-(-steps // len(batches))))[:steps]
-    tokens = [int(((b[:, :-1] > 0) & (b[:, 1:] > 0)).sum()) for b in batches]
+    batches = [batch for batch in batches if len(batch) == args.batch_size] or batches
     trainer = None
     try:
         trainer = Trainer(dataset.n_items, backbone, max_len, args, device, args.solo_loss_path, compile_mode)
-        per_step = warm_up(trainer, batches[: args.solo_warmup])
-        timed = max(2, min(args.solo_steps, int(args.cell_seconds / max(per_step, 1e-9))))
-        batches, tokens = batches[: args.solo_warmup + timed], tokens[: args.solo_warmup + timed]
-        started = time.perf_counter()
-        for batch in batches[args.solo_warmup :]:
-            trainer.step(batch)
-        synchronize(device)
-        seconds = time.perf_counter() - started
+        times = timed_steps(trainer, batches, args.solo_warmup, args.solo_steps, args.cell_seconds)
     except Exception as error:
         print(f"solo {dataset.name} {backbone} compile={compile_mode}: {failure(error)}", flush=True)
         return None
     finally:
         del trainer
         reset_memory(device)
-    row = {"dataset": dataset.name, "model": backbone,
-           "tokens_per_s": f"{sum(tokens[args.solo_warmup:]) / seconds:.0f}",
-           "step_ms": f"{seconds / timed * 1000:.3f}", "batch_size": args.batch_size, "max_len": max_len,
+    timed = [batches[index % len(batches)] for index in range(args.solo_warmup, args.solo_warmup + len(times))]
+    targets = statistics.fmean(int(((b[:, :-1] > 0) & (b[:, 1:] > 0)).sum()) for b in timed)
+    step_ms = statistics.median(times)
+    row = {"dataset": dataset.name, "model": backbone, "tokens_per_s": f"{targets / step_ms * 1000:.0f}",
+           "step_ms": f"{step_ms:.3f}", "step_ms_max": f"{max(times):.3f}", "batch_size": args.batch_size,
+           "max_len": max_len,
            "n_items": dataset.n_items, "dtype": dtype_label(device), "machine": machine_description(device),
            "command": command, "compile": compile_mode}
     print(f"solo {dataset.name} {backbone} compile={compile_mode}: {row['tokens_per_s']} tokens/s, "

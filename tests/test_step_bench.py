@@ -4,8 +4,10 @@ profile lines and the solo-throughput CSV that the Pareto plot reads."""
 import csv
 import importlib.util
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from prism_rec.training import compile as compile_module
 
@@ -39,11 +41,36 @@ def test_step_bench_on_cpu(step_bench, tmp_path, capsys):
     with (tmp_path / "solo_throughput.csv").open() as handle:
         reader = csv.DictReader(handle)
         solo = list(reader)
-    assert reader.fieldnames == ["dataset", "model", "tokens_per_s", "step_ms", "batch_size", "max_len", "n_items",
-                                 "dtype", "machine", "command", "compile"]
+    assert reader.fieldnames == ["dataset", "model", "tokens_per_s", "step_ms", "step_ms_max", "batch_size",
+                                 "max_len", "n_items", "dtype", "machine", "command", "compile"]
     assert ([(r["dataset"], r["model"], r["max_len"], r["batch_size"]) for r in solo]
             == [("ml-100k", "sasrec", "50", "8")])
     assert float(solo[0]["tokens_per_s"]) > 0 and solo[0]["dtype"] == "fp32"
+
+
+def test_solo_speed_is_the_median_step_over_full_batches(step_bench, monkeypatch):
+    """One slow step (a kernel tuned again) leaves the solo figure alone, and the epoch's last, smaller batch
+    (another shape) is never timed."""
+    seen = []
+
+    class Trainer:
+        def __init__(self, *args):
+            pass
+
+    def timed_steps(trainer, batches, warmup, steps, cell_seconds):
+        seen.extend(len(batch) for batch in batches)
+        return [10.0, 400.0, 12.0]
+
+    monkeypatch.setattr(step_bench, "Trainer", Trainer)
+    monkeypatch.setattr(step_bench, "timed_steps", timed_steps)
+    windows = torch.ones(10, 5, dtype=torch.long)  # 10 windows of 4 targets each: batches of 4, 4 and 2
+    dataset = SimpleNamespace(name="tiny", n_items=3)
+    args = SimpleNamespace(batch_size=4, solo_warmup=1, solo_steps=3, cell_seconds=1.0, solo_loss_path="chunked")
+    row = step_bench.solo_cell(dataset, windows, "sasrec", "off", args, torch.device("cpu"), "cmd",
+                               step_bench.Budget(60.0))
+    assert seen == [4, 4]
+    assert (row["step_ms"], row["step_ms_max"]) == ("12.000", "400.000")
+    assert row["tokens_per_s"] == f"{4 * 4 / 12.0 * 1000:.0f}"
 
 
 def test_fused_path_is_skipped_without_cuda(step_bench, tmp_path, capsys, monkeypatch):
