@@ -247,7 +247,7 @@ def test_a_solo_step_far_above_its_backbones_median_is_suspect_and_left_out_of_t
     def row(step_ms):
         return {"tokens_per_s": 12800 / step_ms * 1000, "step_ms": step_ms, "machine": "NVIDIA H200"}
 
-    # gated_deltanet's yelp step: 20x its median (a compilation inside the timed steps); titans' T 200 step:
+    # gated_deltanet's yelp step: 20x its median (as measured on the H200); titans' T 200 step:
     # 2x its median, as the datasets' own costs differ
     solo = {("ml-100k", "gated_deltanet"): row(19.0), ("yelp-iclrec", "gated_deltanet"): row(414.0),
             ("books-dealrec", "gated_deltanet"): row(18.8), ("ml-100k", "titans"): row(100.0),

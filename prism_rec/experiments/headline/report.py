@@ -589,8 +589,8 @@ def read_solo(path: Path) -> dict[tuple[str, str], dict] | None:
 
 
 # a solo step this many times the same backbone's median step over the datasets is not believed (the
-# datasets' step costs differ by up to about 3x between T 50 and T 200; a compilation or an autotuning pass
-# inside the timed steps makes 5x-20x)
+# datasets' step costs differ by up to about 3x between T 50 and T 200; the four cells past it measured
+# 6.7x-18x, cause not established)
 SUSPECT_STEP_FACTOR = 4.0
 
 
@@ -685,8 +685,10 @@ def cost_tables(grid: Grid, solo: dict | None) -> list[str]:
             pipe_table(["backbone", *datasets], solo_table, align=numeric),
             "", (f"Suspect: {len(suspect)} figure(s) whose step took more than {SUSPECT_STEP_FACTOR:g}x the same "
                  "backbone's median step over the datasets (the step above, as that multiple; the datasets' "
-                 "own costs differ by at most about 3x), most likely a compilation or autotuning inside the "
-                 "timed steps: left out of the Pareto plots until re-measured." if suspect else
+                 "own costs differ by at most about 3x); the cause is not established (a compilation, an "
+                 "autotuning pass or another process inside the few timed steps of a mean would do it; "
+                 "benchmarks/step_bench.py now takes the median step): left out of the Pareto plots until "
+                 "re-measured." if suspect else
                  f"No figure is suspect (none took more than {SUSPECT_STEP_FACTOR:g}x the same backbone's median "
                  "step over the datasets)."),
             "", "Shared-GPU training tokens/s of the table runs (the manifest's `train_tokens_per_s`, mean over "
