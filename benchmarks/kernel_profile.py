@@ -1,0 +1,99 @@
+"""Where a delta scan's forward+backward spends its device time: torch.profiler per kernel, per backend.
+
+    python benchmarks/kernel_profile.py --shapes 8x8192x8x128 [--backends chunk_parallel,triton,fla]
+        [--variants L=0,L=3] [--chunk-sizes 16,32,64] [--steps 5] [--out FILE]
+
+For every shape, variant, backend (and chunk size of ours) it builds the inputs of benchmarks/kernels_bench.py
+(bf16 q, k, v, fp32 g and beta), runs two forward+backward calls untimed (compilation, fla's autotuning),
+then profiles --steps more and reports each CUDA kernel's device time per call (ms), its launches per call,
+and the total beside the wall time per call. fla is chunk_gated_delta_rule (L = 0) or chunk_simple_gla (SSD),
+its backward's Hopper guard lifted as kernels_bench --fla-bypass does. A failing case is reported as a line.
+"""
+
+import argparse
+import datetime
+import functools
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from kernels_bench import bypass_fla_hopper_guard, guarded, load_kernels, parse_shapes, timed_calls
+
+TOP_KERNELS = 8
+
+
+def profile_case(scan, shape, variant, who, chunk_size, steps):
+    """(wall ms per call, device ms per call, [(kernel, ms per call, launches per call)] longest first)."""
+    _, forward_backward, _ = timed_calls(scan, shape, variant, who, chunk_size)
+    for _ in range(2):
+        forward_backward()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        started = time.perf_counter()
+        for _ in range(steps):
+            forward_backward()
+        torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - started) * 1000 / steps
+    per_kernel = {}
+    for event in profiler.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            total, count = per_kernel.get(event.name, (0.0, 0))
+            per_kernel[event.name] = (total + event.device_time / 1000, count + 1)
+    kernels = sorted(((name, total / steps, count / steps) for name, (total, count) in per_kernel.items()),
+                     key=lambda row: -row[1])
+    return wall_ms, sum(row[1] for row in kernels), kernels
+
+
+def format_case(shape, variant, who, chunk_size, result):
+    label = f"| {shape} | {variant} | {who}{f' C={chunk_size}' if chunk_size else ''} |"
+    if isinstance(result, str):
+        return f"{label} failed: {result} | | |"
+    wall_ms, device_ms, kernels = result
+    top = "; ".join(f"{name[:40]} {ms:.3f} ms x{launches:g}" for name, ms, launches in kernels[:TOP_KERNELS])
+    return f"{label} {wall_ms:.3f} | {device_ms:.3f} | {top} |"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default="8x8192x8x128", help="as kernels_bench.py: indices, issue20 or BxTxHxD")
+    parser.add_argument("--backends", default="chunk_parallel,fla", help="triton, chunk_parallel, fla")
+    parser.add_argument("--variants", default="L=0", help="L=0, L=1, L=3, SSD (fla: L=0 and SSD only)")
+    parser.add_argument("--chunk-sizes", default="", help="chunk sizes of our backends ('': the automatic one)")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA device (the profile is of GPU kernels)")
+    bypass_fla_hopper_guard()
+    scan = load_kernels()
+    chunk_sizes = [int(c) for c in args.chunk_sizes.split(",") if c] or [None]
+    lines = [
+        f"# Delta-scan kernel profile: {torch.cuda.get_device_name()}",
+        "",
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; command "
+        f"`python benchmarks/kernel_profile.py --shapes {args.shapes} --backends {args.backends} --variants "
+        f"{args.variants} --chunk-sizes {args.chunk_sizes} --steps {args.steps}`. bf16 q, k, v, fp32 g and beta; "
+        "per forward+backward call (the gradient of every input): wall ms, CUDA kernel ms, and the longest kernels.",
+        "",
+        "| (B, T, H, D) | variant | backend | wall ms | device ms | longest kernels (ms per call x launches) |",
+        "|---|---|---|---:|---:|---|",
+    ]
+    for shape in parse_shapes(args.shapes):
+        for variant in args.variants.split(","):
+            for who in args.backends.split(","):
+                if who == "fla" and variant not in ("L=0", "SSD"):
+                    continue
+                for chunk_size in [None] if who == "fla" else chunk_sizes:
+                    result = guarded(functools.partial(profile_case, scan, shape, variant, who, chunk_size,
+                                                       args.steps))
+                    lines.append(format_case(shape, variant, who, chunk_size, result))
+                    print(lines[-1], flush=True)
+                    torch.cuda.empty_cache()
+                    if args.out:
+                        args.out.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
