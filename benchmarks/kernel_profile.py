@@ -1,18 +1,22 @@
 """Where a delta scan's forward+backward spends its device time: torch.profiler per kernel, per backend.
 
     python benchmarks/kernel_profile.py --shapes 8x8192x8x128 [--backends chunk_parallel,triton,fla]
-        [--variants L=0,L=3] [--chunk-sizes 16,32,64] [--steps 5] [--out FILE]
+        [--variants L=0,L=3] [--blocks chunk=16,sequential_stages=2 --blocks ...] [--steps 5] [--out FILE]
 
-For every shape, variant, backend (and chunk size of ours) it builds the inputs of benchmarks/kernels_bench.py
-(bf16 q, k, v, fp32 g and beta), runs two forward+backward calls untimed (compilation, fla's autotuning),
-then profiles --steps more and reports each CUDA kernel's device time per call (ms), its launches per call,
-and the total beside the wall time per call. fla is chunk_gated_delta_rule (L = 0) or chunk_simple_gla (SSD),
-its backward's Hopper guard lifted as kernels_bench --fla-bypass does. A failing case is reported as a line.
+For every shape, variant, backend (and block-size override set of ours) it builds the inputs of
+benchmarks/kernels_bench.py (bf16 q, k, v, fp32 g and beta), runs two forward+backward calls untimed
+(compilation, fla's autotuning), then profiles --steps more and reports each CUDA kernel's device time
+per call (ms), its launches per call, and the total beside the wall time per call. fla is
+chunk_gated_delta_rule (L = 0) or chunk_simple_gla (SSD), its backward's Hopper guard lifted as
+kernels_bench --fla-bypass does. A --blocks set names fields of kernels/chunk_parallel.py's Blocks for
+chunk_parallel, chunk_size and value_block for triton; '' (the default) is the backend's automatic sizes
+through delta_scan. A failing case is reported as a line.
 """
 
 import argparse
 import datetime
 import functools
+import importlib
 import time
 from pathlib import Path
 
@@ -21,12 +25,14 @@ from torch.profiler import ProfilerActivity, profile
 
 from kernels_bench import bypass_fla_hopper_guard, guarded, load_kernels, parse_shapes, timed_calls
 
+TRITON_OVERRIDES = ("chunk_size", "value_block")
+
 TOP_KERNELS = 8
 
 
-def profile_case(scan, shape, variant, who, chunk_size, steps):
+def profile_case(scan, shape, variant, who, overrides, steps):
     """(wall ms per call, device ms per call, [(kernel, ms per call, launches per call)] longest first)."""
-    _, forward_backward, _ = timed_calls(scan, shape, variant, who, chunk_size)
+    _, forward_backward, _ = timed_calls(scan, shape, variant, who, overrides)
     for _ in range(2):
         forward_backward()
     torch.cuda.synchronize()
@@ -46,8 +52,33 @@ def profile_case(scan, shape, variant, who, chunk_size, steps):
     return wall_ms, sum(row[1] for row in kernels), kernels
 
 
-def format_case(shape, variant, who, chunk_size, result):
-    label = f"| {shape} | {variant} | {who}{f' C={chunk_size}' if chunk_size else ''} |"
+def parse_blocks(text, backends, blocks_class):
+    """'name=value,...' -> {backend of ours: overrides} ('' -> None: the automatic sizes); a clear error for
+    a name a listed backend does not take (chunk_parallel: the fields of Blocks; triton: TRITON_OVERRIDES)."""
+    if not text:
+        return {backend: None for backend in backends}
+    overrides = blocks_class.parse(text, names=None)
+    accepted = {"chunk_parallel": tuple(blocks_class.__dataclass_fields__), "triton": TRITON_OVERRIDES}
+    for backend in set(backends) & set(accepted):
+        unknown = set(overrides) - set(accepted[backend])
+        if unknown:
+            raise ValueError(f"--blocks {text!r}: {backend} takes {', '.join(accepted[backend])}, "
+                             f"not {', '.join(sorted(unknown))}")
+    return {backend: overrides for backend in backends}
+
+
+def distinct(items):
+    """The items in order, each once (dicts are not hashable)."""
+    kept = []
+    for item in items:
+        if item not in kept:
+            kept.append(item)
+    return kept
+
+
+def format_case(shape, variant, who, overrides, result):
+    named = ",".join(f"{name}={value}" for name, value in (overrides or {}).items())
+    label = f"| {shape} | {variant} | {who} {named} |"
     if isinstance(result, str):
         return f"{label} failed: {result} | | |"
     wall_ms, device_ms, kernels = result
@@ -60,21 +91,28 @@ def main():
     parser.add_argument("--shapes", default="8x8192x8x128", help="as kernels_bench.py: indices, issue20 or BxTxHxD")
     parser.add_argument("--backends", default="chunk_parallel,fla", help="triton, chunk_parallel, fla")
     parser.add_argument("--variants", default="L=0", help="L=0, L=1, L=3, SSD (fla: L=0 and SSD only)")
-    parser.add_argument("--chunk-sizes", default="", help="chunk sizes of our backends ('': the automatic one)")
+    parser.add_argument("--blocks", action="append",
+                        help="block-size overrides of ours, name=value,... (repeat for more sets; '': automatic)")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    scan = load_kernels()
+    backends = args.backends.split(",")
+    blocks_class = importlib.import_module(f"{scan.__name__}.chunk_parallel").Blocks
+    try:
+        override_sets = [parse_blocks(text, backends, blocks_class) for text in args.blocks or [""]]
+    except ValueError as error:
+        parser.error(str(error))
     if not torch.cuda.is_available():
         parser.error("needs a CUDA device (the profile is of GPU kernels)")
     bypass_fla_hopper_guard()
-    scan = load_kernels()
-    chunk_sizes = [int(c) for c in args.chunk_sizes.split(",") if c] or [None]
     lines = [
         f"# Delta-scan kernel profile: {torch.cuda.get_device_name()}",
         "",
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; command "
         f"`python benchmarks/kernel_profile.py --shapes {args.shapes} --backends {args.backends} --variants "
-        f"{args.variants} --chunk-sizes {args.chunk_sizes} --steps {args.steps}`. bf16 q, k, v, fp32 g and beta; "
+        f"{args.variants}{''.join(f' --blocks {b}' for b in args.blocks or [])} --steps {args.steps}`. "
+        "bf16 q, k, v, fp32 g and beta; "
         "per forward+backward call (the gradient of every input): wall ms, CUDA kernel ms, and the longest kernels.",
         "",
         "| (B, T, H, D) | variant | backend | wall ms | device ms | longest kernels (ms per call x launches) |",
@@ -82,13 +120,13 @@ def main():
     ]
     for shape in parse_shapes(args.shapes):
         for variant in args.variants.split(","):
-            for who in args.backends.split(","):
+            for who in backends:
                 if who == "fla" and variant not in ("L=0", "SSD"):
                     continue
-                for chunk_size in [None] if who == "fla" else chunk_sizes:
-                    result = guarded(functools.partial(profile_case, scan, shape, variant, who, chunk_size,
+                for overrides in [None] if who == "fla" else distinct(o[who] for o in override_sets):
+                    result = guarded(functools.partial(profile_case, scan, shape, variant, who, overrides,
                                                        args.steps))
-                    lines.append(format_case(shape, variant, who, chunk_size, result))
+                    lines.append(format_case(shape, variant, who, overrides, result))
                     print(lines[-1], flush=True)
                     torch.cuda.empty_cache()
                     if args.out:

@@ -85,13 +85,21 @@ def with_grad(inputs):
     return {n: None if x is None else x.detach().clone().requires_grad_() for n, x in inputs.items()}
 
 
-def scan_call(scan, backend, chunk_size=None):
-    """inputs -> (o, final state) through delta_scan's backend, or its Triton entry point at a forced chunk size."""
-    if chunk_size is None:
+def scan_call(scan, backend, overrides=None):
+    """inputs -> (o, final state) through delta_scan's backend, or its Triton entry point with block-size
+    overrides (a dict, as chunk_overrides makes)."""
+    if overrides is None:
         return lambda x: scan.delta_scan(**x, output_final_state=True, backend=backend)
     module, entry = BACKEND_ENTRIES[backend]
     function = getattr(importlib.import_module(f"{scan.__name__}.{module}"), entry)
-    return lambda x: function(**x, scale=x["q"].shape[-1] ** -0.5, chunk_size=chunk_size)
+    return lambda x: function(**x, scale=x["q"].shape[-1] ** -0.5, **overrides)
+
+
+def chunk_overrides(backend, chunk_size):
+    """The block-size overrides of a forced chunk size (None: the backend's automatic sizes)."""
+    if chunk_size is None:
+        return None
+    return {"chunk": chunk_size} if backend == "chunk_parallel" else {"chunk_size": chunk_size}
 
 
 def forward_backward(call, inputs, d_o):
@@ -148,7 +156,7 @@ def fla_function(variant):
     return lambda q, k, v, g, beta: chunk_simple_gla(q, k, v, g)
 
 
-def timed_calls(scan, shape, variant, who, chunk_size=None):
+def timed_calls(scan, shape, variant, who, overrides=None):
     """(forward, forward+backward, leaves) for a backend of ours or "fla" on bf16 inputs."""
     inputs = make_inputs(shape, variant, torch.bfloat16)
     grad_inputs = with_grad(inputs)
@@ -159,7 +167,7 @@ def timed_calls(scan, shape, variant, who, chunk_size=None):
         def run(x):
             return fla_call(x["q"], x["k"], x["v"], x["g"], x["beta"])[0]
     else:
-        call = scan_call(scan, who, chunk_size)
+        call = scan_call(scan, who, overrides)
 
         def run(x):
             return call(x)[0]
@@ -182,7 +190,7 @@ def bench(fn, grad_to_none=None):
 
 def time_cell(scan, shape, variant, who, chunk_size=None):
     """(forward ms, forward+backward ms); either may be a message instead."""
-    calls = guarded(lambda: timed_calls(scan, shape, variant, who, chunk_size))
+    calls = guarded(lambda: timed_calls(scan, shape, variant, who, chunk_overrides(who, chunk_size)))
     if isinstance(calls, str):
         return calls, calls
     forward, fwd_bwd, leaves = calls
@@ -207,7 +215,7 @@ def warm_worker(task):
                     inputs = make_inputs(shape, variant, dtype, seed=1, with_initial_state=part == "initial")
                     forward_backward(scan_call(scan, backend), inputs, torch.randn(inputs["v"].shape, device="cuda"))
         else:
-            forward, fwd_bwd, _ = timed_calls(scan, shape, variant, who, detail)
+            forward, fwd_bwd, _ = timed_calls(scan, shape, variant, who, chunk_overrides(who, detail))
             forward() if part == "forward" else fwd_bwd()
         torch.cuda.synchronize()
         return None

@@ -23,6 +23,8 @@ dS_c = exp(G_C) dS_{c+1} - W^T ((k * exp(G_C - G)) dS_{c+1}) + Q_c^T do_c; then 
 fused kernel's chunk step).
 """
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
@@ -177,18 +179,53 @@ def _chunk_grads_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, in
                     BT, BK, BV)
 
 
-def parallel_block_sizes(B, T, H, K, V, chunk_size=None, value_block=None):
-    """(chunk length, key width, value block of the sequential passes, value block of the chunk-parallel
-    kernels, warps). Not yet timed on a GPU; chosen from ptxas -v for sm_90a (results/kernels.md): chunks of
-    16 (at 32 the gradient kernel spills 0.3-6 KB per thread at every head width; at 16 at most 0.4 KB up
-    to width 64, 3.5 KB at 128 with extra writes), value blocks of at most 64 in the parallel kernels (32
-    with longer chunks, where 64 spills up to 12 KB), 8 warps from key width 64 (fewer spills than 4
-    everywhere); the sequential passes split the value dimension until about two programs per SM are busy."""
+@dataclasses.dataclass(frozen=True)
+class Blocks:
+    """Launch sizes of the chunk-parallel scan: chunk length, key width, value blocks of the sequential
+    passes and of the chunk-parallel kernels, warps of each, and the software-pipelining stages of the
+    sequential passes' chunk loop (loads of the next chunks issued while this one's products run)."""
+
+    chunk: int
+    key: int
+    sequential_value: int
+    parallel_value: int
+    warps: int
+    sequential_warps: int
+    sequential_stages: int
+
+    @classmethod
+    def parse(cls, text, names=()):
+        """'name=value,...' -> overrides for parallel_block_sizes; a clear error for a value that is not a
+        positive integer or a name outside ``names`` (default: this class's fields; None: any name)."""
+        names = tuple(cls.__dataclass_fields__) if names == () else names
+        overrides = {}
+        for item in filter(None, text.split(",")):
+            name, _, value = item.partition("=")
+            if (names is not None and name not in names) or not value.isdigit() or int(value) < 1:
+                raise ValueError(f"block override {item!r}: expected name=positive integer"
+                                 + (f", name one of {', '.join(names)}" if names is not None else ""))
+            overrides[name] = int(value)
+        return overrides
+
+
+def parallel_block_sizes(B, T, H, K, V, **overrides):
+    """Blocks for a [B, T, H, K] scan with value width V; ``overrides`` replace any field (a power of two
+    for the chunk and value blocks). Chosen from ptxas -v for sm_90a (results/kernels.md): chunks of 16 (at
+    32 the gradient kernel spills 0.3-6 KB per thread at every head width; at 16 at most 0.4 KB up to width
+    64, 3.5 KB at 128 with extra writes), value blocks of at most 64 in the parallel kernels (32 with longer
+    chunks, where 64 spills up to 12 KB), 8 warps from key width 64 (fewer spills than 4 everywhere); the
+    sequential passes split the value dimension until about two programs per SM are busy, one stage."""
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
-    BT = chunk_size or 16
-    parallel_block = min(BV, 64 if BT <= 16 else 32)
-    return BT, BK, value_block or _value_block(B * H, BV), value_block or parallel_block, 4 if BK <= 32 else 8
+    chunk = overrides.get("chunk", 16)
+    warps = 4 if BK <= 32 else 8
+    defaults = dict(chunk=chunk, key=BK, sequential_value=_value_block(B * H, BV),
+                    parallel_value=min(BV, 64 if chunk <= 16 else 32), warps=warps, sequential_warps=warps,
+                    sequential_stages=1)
+    unknown = set(overrides) - set(defaults)
+    if unknown:
+        raise ValueError(f"unknown block override(s) {sorted(unknown)}: expected {sorted(defaults)}")
+    return Blocks(**{**defaults, **overrides})
 
 
 def _pointer_or(x, placeholder):
@@ -199,11 +236,12 @@ def _pointer_or(x, placeholder):
 class _ChunkParallelScan(torch.autograd.Function):
     @staticmethod
     @_on_input_device
-    def forward(ctx, q, k, v, g, beta, extra_k, extra_v, initial_state, scale, chunk_size, value_block):
+    def forward(ctx, q, k, v, g, beta, extra_k, extra_v, initial_state, scale, overrides):
         B, T, H, K = q.shape
         V = v.shape[-1]
         L = 0 if extra_k is None else extra_k.shape[3]
-        BT, BK, BV_seq, BV_par, warps = parallel_block_sizes(B, T, H, K, V, chunk_size, value_block)
+        blocks = parallel_block_sizes(B, T, H, K, V, **overrides)
+        BT, BK = blocks.chunk, blocks.key
         NT = triton.cdiv(T, BT)
         q, k, v, g = (x.contiguous() for x in (q, k, v, g))
         beta, extra_k, extra_v, initial_state = (None if x is None else x.contiguous()
@@ -222,48 +260,53 @@ class _ChunkParallelScan(torch.autograd.Function):
         chunk_states = torch.empty(B, H, NT, K, V, **fp32) if needs_grad else final_state  # S_c
         flags = dict(HAS_BETA=beta is not None, PRECISION=precision, BT=BT, BK=BK)
         _wy_kernel[(NT, B * H)](q, k, g, _pointer_or(beta, g), inverses, w, q_state, scale, T, H, K, NT, **flags,
-                                num_warps=warps)
-        _intra_kernel[(triton.cdiv(V, BV_par), B * H, NT)](
+                                num_warps=blocks.warps)
+        _intra_kernel[(triton.cdiv(V, blocks.parallel_value), B * H, NT)](
             q, k, v, g, _pointer_or(beta, g), _pointer_or(extra_k, q), _pointer_or(extra_v, v), inverses, o_intra, u,
-            extra_states, scale, T, H, K, V, L, NT, HAS_EXTRA=extra_k is not None, **flags, BV=BV_par, num_warps=warps)
-        _state_kernel[(triton.cdiv(V, BV_seq), B * H)](
+            extra_states, scale, T, H, K, V, L, NT, HAS_EXTRA=extra_k is not None, **flags, BV=blocks.parallel_value,
+            num_warps=blocks.warps)
+        _state_kernel[(triton.cdiv(V, blocks.sequential_value), B * H)](
             k, g, w, u, q_state, o_intra, extra_states, _pointer_or(initial_state, final_state), o, final_state,
             chunk_states,
             T, H, K, V, NT, HAS_EXTRA=extra_k is not None, HAS_INITIAL=initial_state is not None,
-            STORE_CHUNK_STATES=needs_grad, **flags, BV=BV_seq, num_warps=warps)
+            STORE_CHUNK_STATES=needs_grad, **flags, BV=blocks.sequential_value, num_warps=blocks.sequential_warps,
+            num_stages=blocks.sequential_stages)
         if needs_grad:
             ctx.save_for_backward(q, k, v, g, beta, extra_k, extra_v, inverses, w, q_state, chunk_states)
-            ctx.config = (scale, BT, BK, BV_seq, BV_par, warps, NT, precision, initial_state is not None)
+            ctx.config = (scale, blocks, NT, precision, initial_state is not None)
         return o, final_state
 
     @staticmethod
     @_on_input_device
     def backward(ctx, d_o, d_final_state):
         q, k, v, g, beta, extra_k, extra_v, inverses, w, q_state, chunk_states = ctx.saved_tensors
-        scale, BT, BK, BV_seq, BV_par, warps, NT, precision, has_initial = ctx.config
+        scale, blocks, NT, precision, has_initial = ctx.config
         B, T, H, K = q.shape
         V = v.shape[-1]
         L = 0 if extra_k is None else extra_k.shape[3]
         d_o = d_o.contiguous()
-        flags = dict(HAS_BETA=beta is not None, PRECISION=precision, BT=BT, BK=BK)
+        flags = dict(HAS_BETA=beta is not None, PRECISION=precision, BT=blocks.chunk, BK=blocks.key)
         d_chunk_states = torch.empty_like(chunk_states)  # dS_{c+1} of every chunk c
         d_initial = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32)
-        _state_grad_kernel[(triton.cdiv(V, BV_seq), B * H)](
+        _state_grad_kernel[(triton.cdiv(V, blocks.sequential_value), B * H)](
             k, g, w, q_state, d_o, _pointer_or(d_final_state, d_initial).contiguous(), d_chunk_states, d_initial,
-            T, H, K, V, NT, HAS_DFINAL=d_final_state is not None, **flags, BV=BV_seq, num_warps=warps)
-        value_blocks = triton.cdiv(V, BV_par)
+            T, H, K, V, NT, HAS_DFINAL=d_final_state is not None, **flags, BV=blocks.sequential_value,
+            num_warps=blocks.sequential_warps, num_stages=blocks.sequential_stages)
+        value_blocks = triton.cdiv(V, blocks.parallel_value)
         inputs = (q, k, v, g, beta, extra_k, extra_v)
         dq, dk, dv, dg, dbeta, dek, dev = grads = _grad_buffers(inputs, value_blocks)
         _chunk_grads_kernel[(value_blocks, B * H, NT)](
             q, k, v, g, _pointer_or(beta, g), _pointer_or(extra_k, q), _pointer_or(extra_v, v), inverses, chunk_states,
             d_chunk_states, d_o, dq, dk, dv, dg, _pointer_or(dbeta, dg), _pointer_or(dek, dq), _pointer_or(dev, dv),
-            scale, T, H, K, V, L, NT, HAS_EXTRA=extra_k is not None, **flags, BV=BV_par, num_warps=warps)
-        return (*_summed_over_value_blocks(grads, inputs), d_initial if has_initial else None, None, None, None)
+            scale, T, H, K, V, L, NT, HAS_EXTRA=extra_k is not None, **flags, BV=blocks.parallel_value,
+            num_warps=blocks.warps)
+        return (*_summed_over_value_blocks(grads, inputs), d_initial if has_initial else None, None, None)
 
 
-def chunk_parallel_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state, chunk_size=None,
-                              value_block=None):
+def chunk_parallel_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state, **overrides):
     """Chunk-parallel Triton scan; returns (o [B, T, H, V] in v's dtype, S_T [B, H, K, V] fp32).
 
-    chunk_size (16, 32 or 64) and value_block (a power of two >= 16) override the automatic block sizes."""
-    return _ChunkParallelScan.apply(q, k, v, g, beta, extra_k, extra_v, initial_state, scale, chunk_size, value_block)
+    ``overrides`` replace fields of the automatic ``Blocks`` (chunk 16, 32 or 64; value blocks powers of two
+    >= 16), as benchmarks/kernels_bench.py --blocks does."""
+    parallel_block_sizes(*q.shape, v.shape[-1], **overrides)  # an unknown override fails here, before any launch
+    return _ChunkParallelScan.apply(q, k, v, g, beta, extra_k, extra_v, initial_state, scale, overrides)

@@ -31,8 +31,9 @@ def test_chunk_parallel_block_sizes_agree_with_naive(chunk_size, value_block, mo
     from prism_rec.kernels import chunk_parallel
 
     monkeypatch.setattr(chunk_parallel, "chunk_parallel_delta_scan",
-                        functools.partial(chunk_parallel.chunk_parallel_delta_scan, chunk_size=chunk_size,
-                                          value_block=value_block))
+                        functools.partial(chunk_parallel.chunk_parallel_delta_scan, chunk=chunk_size,
+                                          sequential_value=value_block, parallel_value=value_block,
+                                          sequential_stages=2))
     inputs = make_inputs(B=1, T=70, H=2, K=16, V=32, L=2, with_beta=True, with_initial_state=True, seed=5,
                          device=DEVICE)
     assert_close_to(run_with_grads(inputs, "chunk_parallel"), run_with_grads(inputs, "naive"), rtol=1e-4)
@@ -56,10 +57,23 @@ def test_chunk_parallel_bf16_inputs_close_to_fp32_reference():
 
 def test_chunk_parallel_block_size_rule():
     """Chunks of 16; parallel value blocks of at most 64 (32 with longer chunks); the sequential passes split
-    the value dimension until about 264 programs; 4 warps up to key width 32, else 8."""
-    from prism_rec.kernels.chunk_parallel import parallel_block_sizes
+    the value dimension until about 264 programs; 4 warps up to key width 32, else 8; one stage."""
+    from prism_rec.kernels.chunk_parallel import Blocks, parallel_block_sizes
 
-    assert parallel_block_sizes(256, 200, 4, 32, 32) == (16, 32, 32, 32, 4)
-    assert parallel_block_sizes(8, 8192, 8, 128, 128) == (16, 128, 32, 64, 8)
-    assert parallel_block_sizes(8, 8192, 8, 128, 128, chunk_size=32) == (32, 128, 32, 32, 8)
-    assert parallel_block_sizes(64, 1024, 4, 64, 64, value_block=16)[2:4] == (16, 16)
+    assert parallel_block_sizes(256, 200, 4, 32, 32) == Blocks(16, 32, 32, 32, 4, 4, 1)
+    assert parallel_block_sizes(8, 8192, 8, 128, 128) == Blocks(16, 128, 32, 64, 8, 8, 1)
+    assert parallel_block_sizes(8, 8192, 8, 128, 128, chunk=32) == Blocks(32, 128, 32, 32, 8, 8, 1)
+    blocks = parallel_block_sizes(64, 1024, 4, 64, 64, sequential_value=16, sequential_stages=3)
+    assert (blocks.sequential_value, blocks.parallel_value, blocks.sequential_stages) == (16, 64, 3)
+
+
+def test_chunk_parallel_block_overrides_are_checked():
+    from prism_rec.kernels.chunk_parallel import Blocks, parallel_block_sizes
+
+    assert Blocks.parse("chunk=32,sequential_stages=2") == {"chunk": 32, "sequential_stages": 2}
+    with pytest.raises(ValueError, match="'stages=2'.*sequential_stages"):
+        Blocks.parse("stages=2")
+    with pytest.raises(ValueError, match="'chunk=0'"):
+        Blocks.parse("chunk=0")
+    with pytest.raises(ValueError, match="unknown block override"):
+        parallel_block_sizes(1, 16, 1, 16, 16, stages=2)
