@@ -213,15 +213,17 @@ def parallel_block_sizes(B, T, H, K, V, **overrides):
     for the chunk and value blocks). Chosen from ptxas -v for sm_90a (results/kernels.md): chunks of 16 (at
     32 the gradient kernel spills 0.3-6 KB per thread at every head width; at 16 at most 0.4 KB up to width
     64, 3.5 KB at 128 with extra writes), value blocks of at most 64 in the parallel kernels (32 with longer
-    chunks, where 64 spills up to 12 KB), 8 warps from key width 64 (fewer spills than 4 everywhere); the
-    sequential passes split the value dimension until about two programs per SM are busy, one stage."""
+    chunks, where 64 spills up to 12 KB), 8 warps from key width 64 (fewer spills than 4 everywhere). The
+    sequential passes, timed on the H200 at (8, 8192, 8, 128) (results/kernels.md, override sweep): value
+    blocks split only until about one program per SM (64 wide there: state passes 1.8 + 2.5 ms against
+    2.8 + 4.4 at 32), two pipelining stages (the next chunk's loads in flight)."""
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
     chunk = overrides.get("chunk", 16)
     warps = 4 if BK <= 32 else 8
-    defaults = dict(chunk=chunk, key=BK, sequential_value=_value_block(B * H, BV),
+    defaults = dict(chunk=chunk, key=BK, sequential_value=_value_block(B * H, BV, busy=128),
                     parallel_value=min(BV, 64 if chunk <= 16 else 32), warps=warps, sequential_warps=warps,
-                    sequential_stages=1)
+                    sequential_stages=2)
     unknown = set(overrides) - set(defaults)
     if unknown:
         raise ValueError(f"unknown block override(s) {sorted(unknown)}: expected {sorted(defaults)}")

@@ -385,9 +385,10 @@ def _num_warps(BK, BV):
     return 4 if BK * BV <= 32 * 32 else 8
 
 
-def _value_block(programs, BV):
-    """Split the value dimension until about two programs per SM of an H100/H200 (132 SMs) are busy."""
-    while programs < 264 and BV >= 64:
+def _value_block(programs, BV, busy=264):
+    """Split the value dimension until about ``busy`` programs run (default two per SM of an H100/H200,
+    which has 132 SMs)."""
+    while programs < busy and BV >= 64:
         BV //= 2
         programs *= 2
     return BV
