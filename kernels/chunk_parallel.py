@@ -182,14 +182,17 @@ def _chunk_grads_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, in
 @dataclasses.dataclass(frozen=True)
 class Blocks:
     """Launch sizes of the chunk-parallel scan: chunk length, key width, value blocks of the sequential
-    passes and of the chunk-parallel kernels, warps of each, and the software-pipelining stages of the
-    sequential passes' chunk loop (loads of the next chunks issued while this one's products run)."""
+    passes and of the chunk-parallel kernels, warps of the forward's parallel kernels (`_wy_kernel`,
+    `_intra_kernel`), of the gradient kernel and of the sequential passes, and the software-pipelining
+    stages of the sequential passes' chunk loop (loads of the next chunks issued while this one's products
+    run)."""
 
     chunk: int
     key: int
     sequential_value: int
     parallel_value: int
-    warps: int
+    forward_warps: int
+    gradient_warps: int
     sequential_warps: int
     sequential_stages: int
 
@@ -213,17 +216,20 @@ def parallel_block_sizes(B, T, H, K, V, **overrides):
     for the chunk and value blocks). Chosen from ptxas -v for sm_90a (results/kernels.md): chunks of 16 (at
     32 the gradient kernel spills 0.3-6 KB per thread at every head width; at 16 at most 0.4 KB up to width
     64, 3.5 KB at 128 with extra writes), value blocks of at most 64 in the parallel kernels (32 with longer
-    chunks, where 64 spills up to 12 KB), 8 warps from key width 64 (fewer spills than 4 everywhere). The
-    sequential passes, timed on the H200 at (8, 8192, 8, 128) (results/kernels.md, override sweep): value
-    blocks split only until about one program per SM (64 wide there: state passes 1.8 + 2.5 ms against
-    2.8 + 4.4 at 32), two pipelining stages (the next chunk's loads in flight)."""
+    chunks, where 64 spills up to 12 KB), 8 warps from key width 64 (fewer spills than 4 everywhere). Timed
+    on the H200 at (8, 8192, 8, 128) (results/kernels.md, override sweep): the sequential passes split the
+    value dimension only until about one program per SM (64 wide there: 1.8 + 2.5 ms against 2.8 + 4.4 at
+    32) and pipeline two stages (the next chunk's loads in flight); the forward's parallel kernels run 4
+    warps at key width 128 (0.73 + 0.41 ms against 1.61 + 0.60 with 8; the gradient kernel was slower with 4,
+    8.4 against 7.0 ms; key width 64 not timed, kept at 8)."""
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
     chunk = overrides.get("chunk", 16)
     warps = 4 if BK <= 32 else 8
+    forward_warps = 4 if BK <= 32 or BK >= 128 else 8
     defaults = dict(chunk=chunk, key=BK, sequential_value=_value_block(B * H, BV, busy=128),
-                    parallel_value=min(BV, 64 if chunk <= 16 else 32), warps=warps, sequential_warps=warps,
-                    sequential_stages=2)
+                    parallel_value=min(BV, 64 if chunk <= 16 else 32), forward_warps=forward_warps,
+                    gradient_warps=warps, sequential_warps=warps, sequential_stages=2)
     unknown = set(overrides) - set(defaults)
     if unknown:
         raise ValueError(f"unknown block override(s) {sorted(unknown)}: expected {sorted(defaults)}")
@@ -262,11 +268,11 @@ class _ChunkParallelScan(torch.autograd.Function):
         chunk_states = torch.empty(B, H, NT, K, V, **fp32) if needs_grad else final_state  # S_c
         flags = dict(HAS_BETA=beta is not None, PRECISION=precision, BT=BT, BK=BK)
         _wy_kernel[(NT, B * H)](q, k, g, _pointer_or(beta, g), inverses, w, q_state, scale, T, H, K, NT, **flags,
-                                num_warps=blocks.warps)
+                                num_warps=blocks.forward_warps)
         _intra_kernel[(triton.cdiv(V, blocks.parallel_value), B * H, NT)](
             q, k, v, g, _pointer_or(beta, g), _pointer_or(extra_k, q), _pointer_or(extra_v, v), inverses, o_intra, u,
             extra_states, scale, T, H, K, V, L, NT, HAS_EXTRA=extra_k is not None, **flags, BV=blocks.parallel_value,
-            num_warps=blocks.warps)
+            num_warps=blocks.forward_warps)
         _state_kernel[(triton.cdiv(V, blocks.sequential_value), B * H)](
             k, g, w, u, q_state, o_intra, extra_states, _pointer_or(initial_state, final_state), o, final_state,
             chunk_states,
@@ -301,7 +307,7 @@ class _ChunkParallelScan(torch.autograd.Function):
             q, k, v, g, _pointer_or(beta, g), _pointer_or(extra_k, q), _pointer_or(extra_v, v), inverses, chunk_states,
             d_chunk_states, d_o, dq, dk, dv, dg, _pointer_or(dbeta, dg), _pointer_or(dek, dq), _pointer_or(dev, dv),
             scale, T, H, K, V, L, NT, HAS_EXTRA=extra_k is not None, **flags, BV=blocks.parallel_value,
-            num_warps=blocks.warps)
+            num_warps=blocks.gradient_warps)
         return (*_summed_over_value_blocks(grads, inputs), d_initial if has_initial else None, None, None)
 
 

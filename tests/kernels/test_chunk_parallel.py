@@ -57,12 +57,13 @@ def test_chunk_parallel_bf16_inputs_close_to_fp32_reference():
 
 def test_chunk_parallel_block_size_rule():
     """Chunks of 16; parallel value blocks of at most 64 (32 with longer chunks); the sequential passes split
-    the value dimension until about 128 programs; 4 warps up to key width 32, else 8; two stages."""
+    the value dimension until about 128 programs; 4 warps up to key width 32, else 8, but 4 in the forward's
+    parallel kernels at key width 128; two stages."""
     from prism_rec.kernels.chunk_parallel import Blocks, parallel_block_sizes
 
-    assert parallel_block_sizes(256, 200, 4, 32, 32) == Blocks(16, 32, 32, 32, 4, 4, 2)
-    assert parallel_block_sizes(8, 8192, 8, 128, 128) == Blocks(16, 128, 64, 64, 8, 8, 2)
-    assert parallel_block_sizes(8, 8192, 8, 128, 128, chunk=32) == Blocks(32, 128, 64, 32, 8, 8, 2)
+    assert parallel_block_sizes(256, 200, 4, 32, 32) == Blocks(16, 32, 32, 32, 4, 4, 4, 2)
+    assert parallel_block_sizes(8, 8192, 8, 128, 128) == Blocks(16, 128, 64, 64, 4, 8, 8, 2)
+    assert parallel_block_sizes(8, 8192, 8, 128, 128, chunk=32) == Blocks(32, 128, 64, 32, 4, 8, 8, 2)
     blocks = parallel_block_sizes(64, 1024, 4, 64, 64, sequential_value=16, sequential_stages=3)
     assert (blocks.sequential_value, blocks.parallel_value, blocks.sequential_stages) == (16, 64, 3)
 
