@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
 import shlex
 import time
 from pathlib import Path
@@ -51,7 +52,7 @@ def command_line(args: argparse.Namespace) -> str:
     """The command as run, every option spelled out, for the report and the MLflow tags."""
     words = ["prism-rec", "throughput"]
     for option in ("models", "config", "device", "warmup", "steps", "case_budget", "total_budget", "results_dir",
-                   "mlflow"):
+                   "report_name", "mlflow"):
         value = getattr(args, option)
         if value is not None:
             words += [f"--{option.replace('_', '-')}", str(value)]
@@ -70,7 +71,10 @@ def command_throughput(args: argparse.Namespace) -> None:
                                  ("case-budget", args.case_budget, 1e-9), ("total-budget", args.total_budget, 1e-9)):
         if value is not None and value < least:
             raise ValueError(f"option --{option}: must be {'>= 1' if least == 1 else '> 0'}, got {value}")
-    overrides = {"warmup": args.warmup, "steps": args.steps, "case_budget_s": args.case_budget}
+    if args.report_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", args.report_name):
+        raise ValueError(f"option --report-name: a file name without a folder or extension, got {args.report_name!r}")
+    overrides = {"warmup": args.warmup, "steps": args.steps, "case_budget_s": args.case_budget,
+                 "file_stem": args.report_name}
     configuration = Configuration(**{**CONFIGURATIONS[name].__dict__,
                                      **{key: value for key, value in overrides.items() if value is not None}})
     models = resolve_models(args.models)
@@ -95,6 +99,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                                           "(paper 20, tiny 10)")
     parser.add_argument("--total-budget", type=float, help="seconds for the whole run; cases left are marked not run")
     parser.add_argument("--results-dir", help=f"folder of the report and plot (default {RESULTS_DIR})")
+    parser.add_argument("--report-name", help="file name of the report and plot, without extension (default "
+                                              "throughput, throughput-tiny): a run of some backbones with its "
+                                              "own budgets beside the main report")
     parser.add_argument("--mlflow", choices=("auto", "on", "off"), default="auto",
                         help="log to MLflow: auto = when mlflow is importable")
     parser.add_argument("--import-store", metavar="URI",
