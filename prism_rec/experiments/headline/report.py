@@ -589,8 +589,8 @@ def read_solo(path: Path) -> dict[tuple[str, str], dict] | None:
 
 
 # a solo step this many times the same backbone's median step over the datasets is not believed (the
-# datasets' step costs differ by up to about 3x between T 50 and T 200; the four cells past it measured
-# 6.7x-18x, cause not established)
+# datasets' step costs differ by up to about 3x between T 50 and T 200; four cells measured 6.7x-18x with a
+# mean of a few steps, one of them still 14x with the median step)
 SUSPECT_STEP_FACTOR = 4.0
 
 
@@ -685,10 +685,15 @@ def cost_tables(grid: Grid, solo: dict | None) -> list[str]:
             pipe_table(["backbone", *datasets], solo_table, align=numeric),
             "", (f"Suspect: {len(suspect)} figure(s) whose step took more than {SUSPECT_STEP_FACTOR:g}x the same "
                  "backbone's median step over the datasets (the step above, as that multiple; the datasets' "
-                 "own costs differ by at most about 3x); the cause is not established (a compilation, an "
-                 "autotuning pass or another process inside the few timed steps of a mean would do it; "
-                 "benchmarks/step_bench.py now takes the median step): left out of the Pareto plots until "
-                 "re-measured." if suspect else
+                 "own costs differ by at most about 3x), left out of the Pareto plots. Of the four such "
+                 "figures of the first measurement (a mean of a few steps), three came back in line when "
+                 "gated_deltanet, gdn-authors and mamba2 were measured again with the median step "
+                 "(2026-12-02, the rows whose command names those three). gated_deltanet on yelp-iclrec "
+                 "stayed 14x: the benchmark process, not the backbone. On the H200 its step there was 332 ms "
+                 "of wall time around 4.1 ms of kernels (benchmarks/step_profile.py; prism-L0, the same layer, "
+                 "50.7 ms), and whichever backbone step_bench timed first after loading yelp-iclrec was the "
+                 "slow one (mamba2 at 430 ms when it went first). Its shared-GPU figure below is in line with "
+                 "prism-L0's. The host-side cause is not established." if suspect else
                  f"No figure is suspect (none took more than {SUSPECT_STEP_FACTOR:g}x the same backbone's median "
                  "step over the datasets)."),
             "", "Shared-GPU training tokens/s of the table runs (the manifest's `train_tokens_per_s`, mean over "
