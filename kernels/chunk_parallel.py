@@ -112,7 +112,8 @@ def _state_kernel(k_ptr, g_ptr, w_ptr, u_ptr, q_state_ptr, o_intra_ptr, extra_st
         chunk = tl.cast(n, tl.int64)
         chunk_offset = (bh * NT + chunk) * K * V
         if STORE_CHUNK_STATES:
-            tl.store(chunk_states_ptr + chunk_offset + state_offsets, state, mask=state_mask)
+            tl.store(chunk_states_ptr + chunk_offset + state_offsets, state.to(chunk_states_ptr.dtype.element_ty),
+                     mask=state_mask)
         t, token_row = _chunk_tokens(bh // H, bh % H, chunk, T, H, BT)
         mask_v = (t[:, None] < T) & (cols_v[None, :] < V)
         value_offsets = token_row[:, None] * V + cols_v[None, :]
@@ -143,7 +144,8 @@ def _state_grad_kernel(k_ptr, g_ptr, w_ptr, q_state_ptr, do_ptr, dfinal_ptr, d_c
     d_state = _given_or_zeros(dfinal_ptr + bh * K * V, state_offsets, state_mask, HAS_DFINAL, BK, BV)
     for i in range(NT):
         chunk = tl.cast(NT - 1 - i, tl.int64)
-        tl.store(d_chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, d_state, mask=state_mask)
+        tl.store(d_chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets,
+                 d_state.to(d_chunk_states_ptr.dtype.element_ty), mask=state_mask)
         t, token_row = _chunk_tokens(bh // H, bh % H, chunk, T, H, BT)
         d_o = tl.load(do_ptr + token_row[:, None] * V + cols_v[None, :], mask=(t[:, None] < T) & (cols_v[None, :] < V),
                       other=0.0).to(tl.float32)
@@ -171,8 +173,10 @@ def _chunk_grads_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, in
     dq_ptr, dk_ptr, dg_ptr, dbeta_ptr, dek_ptr = _partial_sum_slots(dq_ptr, dk_ptr, dg_ptr, dbeta_ptr, dek_ptr, v_block,
                                                                     tl.num_programs(1) // H, T, H, K, L)
     state_offsets, state_mask = _state_block(v0, K, V, BK, BV)
-    state = tl.load(chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, mask=state_mask, other=0.0)
-    d_state = tl.load(d_chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, mask=state_mask, other=0.0)
+    state = tl.load(chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, mask=state_mask,
+                    other=0.0).to(tl.float32)
+    d_state = tl.load(d_chunk_states_ptr + (bh * NT + chunk) * K * V + state_offsets, mask=state_mask,
+                      other=0.0).to(tl.float32)
     _chunk_backward(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, inverse_ptr, do_ptr,
                     dq_ptr, dk_ptr, dv_ptr, dg_ptr, dbeta_ptr, dek_ptr, dev_ptr, state, d_state,
                     bh // H, bh % H, bh, chunk, v0, scale, T, H, K, V, L, NT, HAS_BETA, HAS_EXTRA, PRECISION,
@@ -185,7 +189,8 @@ class Blocks:
     passes and of the chunk-parallel kernels, warps of the forward's parallel kernels (`_wy_kernel`,
     `_intra_kernel`), of the gradient kernel and of the sequential passes, and the software-pipelining
     stages of the sequential passes' chunk loop (loads of the next chunks issued while this one's products
-    run)."""
+    run); state_bits: 32 or 16, the chunk states S_c and dS_c kept for the gradient kernel in fp32 or bf16
+    (half the memory traffic; the recurrences themselves stay fp32)."""
 
     chunk: int
     key: int
@@ -195,6 +200,7 @@ class Blocks:
     gradient_warps: int
     sequential_warps: int
     sequential_stages: int
+    state_bits: int
 
     @classmethod
     def parse(cls, text, names=()):
@@ -229,10 +235,12 @@ def parallel_block_sizes(B, T, H, K, V, **overrides):
     forward_warps = 4 if BK <= 32 or BK >= 128 else 8
     defaults = dict(chunk=chunk, key=BK, sequential_value=_value_block(B * H, BV, busy=128),
                     parallel_value=min(BV, 64 if chunk <= 16 else 32), forward_warps=forward_warps,
-                    gradient_warps=warps, sequential_warps=warps, sequential_stages=2)
+                    gradient_warps=warps, sequential_warps=warps, sequential_stages=2, state_bits=32)
     unknown = set(overrides) - set(defaults)
     if unknown:
         raise ValueError(f"unknown block override(s) {sorted(unknown)}: expected {sorted(defaults)}")
+    if overrides.get("state_bits", 32) not in (16, 32):
+        raise ValueError(f"block override state_bits={overrides['state_bits']}: expected 16 or 32")
     return Blocks(**{**defaults, **overrides})
 
 
@@ -265,7 +273,9 @@ class _ChunkParallelScan(torch.autograd.Function):
         extra_states = torch.empty(B, H, NT, K, V, **fp32) if extra_k is not None else o_intra  # E_c
         o = torch.empty(B, T, H, V, device=q.device, dtype=v.dtype)
         final_state = torch.empty(B, H, K, V, **fp32)
-        chunk_states = torch.empty(B, H, NT, K, V, **fp32) if needs_grad else final_state  # S_c
+        state_dtype = torch.bfloat16 if blocks.state_bits == 16 else torch.float32
+        chunk_states = (torch.empty(B, H, NT, K, V, device=q.device, dtype=state_dtype) if needs_grad
+                        else final_state)  # S_c
         flags = dict(HAS_BETA=beta is not None, PRECISION=precision, BT=BT, BK=BK)
         _wy_kernel[(NT, B * H)](q, k, g, _pointer_or(beta, g), inverses, w, q_state, scale, T, H, K, NT, **flags,
                                 num_warps=blocks.forward_warps)

@@ -58,12 +58,12 @@ def test_chunk_parallel_bf16_inputs_close_to_fp32_reference():
 def test_chunk_parallel_block_size_rule():
     """Chunks of 16; parallel value blocks of at most 64 (32 with longer chunks); the sequential passes split
     the value dimension until about 128 programs; 4 warps up to key width 32, else 8, but 4 in the forward's
-    parallel kernels at key width 128; two stages."""
+    parallel kernels at key width 128; two stages; fp32 chunk states."""
     from prism_rec.kernels.chunk_parallel import Blocks, parallel_block_sizes
 
-    assert parallel_block_sizes(256, 200, 4, 32, 32) == Blocks(16, 32, 32, 32, 4, 4, 4, 2)
-    assert parallel_block_sizes(8, 8192, 8, 128, 128) == Blocks(16, 128, 64, 64, 4, 8, 8, 2)
-    assert parallel_block_sizes(8, 8192, 8, 128, 128, chunk=32) == Blocks(32, 128, 64, 32, 4, 8, 8, 2)
+    assert parallel_block_sizes(256, 200, 4, 32, 32) == Blocks(16, 32, 32, 32, 4, 4, 4, 2, 32)
+    assert parallel_block_sizes(8, 8192, 8, 128, 128) == Blocks(16, 128, 64, 64, 4, 8, 8, 2, 32)
+    assert parallel_block_sizes(8, 8192, 8, 128, 128, chunk=32) == Blocks(32, 128, 64, 32, 4, 8, 8, 2, 32)
     blocks = parallel_block_sizes(64, 1024, 4, 64, 64, sequential_value=16, sequential_stages=3)
     assert (blocks.sequential_value, blocks.parallel_value, blocks.sequential_stages) == (16, 64, 3)
 
@@ -78,3 +78,16 @@ def test_chunk_parallel_block_overrides_are_checked():
         Blocks.parse("chunk=0")
     with pytest.raises(ValueError, match="unknown block override"):
         parallel_block_sizes(1, 16, 1, 16, 16, stages=2)
+    with pytest.raises(ValueError, match="state_bits=8: expected 16 or 32"):
+        parallel_block_sizes(1, 16, 1, 16, 16, state_bits=8)
+
+
+def test_chunk_parallel_bf16_chunk_states_stay_within_bf16_rounding(monkeypatch):
+    """S_c and dS_c stored in bf16 for the gradient kernel (state_bits=16): outputs exact, gradients within
+    the bf16 bound of the other bf16 test."""
+    from prism_rec.kernels import chunk_parallel
+
+    monkeypatch.setattr(chunk_parallel, "chunk_parallel_delta_scan",
+                        functools.partial(chunk_parallel.chunk_parallel_delta_scan, state_bits=16))
+    inputs = make_inputs(T=40, L=2, with_beta=True, with_initial_state=True, **SHAPE, seed=11, device=DEVICE)
+    assert_close_to(run_with_grads(inputs, "chunk_parallel"), run_with_grads(inputs, "naive"), rtol=2e-2)
