@@ -8,9 +8,9 @@ benchmarks/kernels_bench.py (bf16 q, k, v, fp32 g and beta), runs two forward+ba
 (compilation, fla's autotuning), then profiles --steps more and reports each CUDA kernel's device time
 per call (ms), its launches per call, and the total beside the wall time per call. fla is
 chunk_gated_delta_rule (L = 0) or chunk_simple_gla (SSD), its backward's Hopper guard lifted as
-kernels_bench --fla-bypass does. A --blocks set names fields of kernels/chunk_parallel.py's Blocks for
-chunk_parallel, chunk_size and value_block for triton; '' (the default) is the backend's automatic sizes
-through delta_scan. A failing case is reported as a line.
+kernels_bench --fla-bypass does. A --blocks set names fields of kernels/chunk_parallel.py's Blocks
+(OVERRIDE_RULES) for chunk_parallel, chunk_size and value_block for triton; '' (the default) is the
+backend's automatic sizes through delta_scan. A failing case is reported as a line.
 """
 
 import argparse
@@ -52,18 +52,23 @@ def profile_case(scan, shape, variant, who, overrides, steps):
     return wall_ms, sum(row[1] for row in kernels), kernels
 
 
-def parse_blocks(text, backends, blocks_class):
-    """'name=value,...' -> {backend of ours: overrides} ('' -> None: the automatic sizes); a clear error for
-    a name a listed backend does not take (chunk_parallel: the fields of Blocks; triton: TRITON_OVERRIDES)."""
+def parse_blocks(text, backends, chunk_parallel):
+    """'name=value,...' -> {backend of ours: overrides} ('' -> None: the automatic sizes); a clear error,
+    naming the set, for a name a listed backend does not take or a value out of its range (chunk_parallel:
+    its OVERRIDE_RULES; triton: TRITON_OVERRIDES)."""
     if not text:
         return {backend: None for backend in backends}
-    overrides = blocks_class.parse(text, names=None)
-    accepted = {"chunk_parallel": tuple(blocks_class.__dataclass_fields__), "triton": TRITON_OVERRIDES}
-    for backend in set(backends) & set(accepted):
-        unknown = set(overrides) - set(accepted[backend])
-        if unknown:
-            raise ValueError(f"--blocks {text!r}: {backend} takes {', '.join(accepted[backend])}, "
-                             f"not {', '.join(sorted(unknown))}")
+    try:
+        overrides = chunk_parallel.Blocks.parse(text, names=None)
+        accepted = {"chunk_parallel": tuple(chunk_parallel.OVERRIDE_RULES), "triton": TRITON_OVERRIDES}
+        for backend in set(backends) & set(accepted):
+            unknown = set(overrides) - set(accepted[backend])
+            if unknown:
+                raise ValueError(f"{backend} takes {', '.join(accepted[backend])}, not {', '.join(sorted(unknown))}")
+        if "chunk_parallel" in backends:
+            chunk_parallel.check_overrides(overrides)
+    except ValueError as error:
+        raise ValueError(f"--blocks {text!r}: {error}") from None
     return {backend: overrides for backend in backends}
 
 
@@ -98,9 +103,9 @@ def main():
     args = parser.parse_args()
     scan = load_kernels()
     backends = args.backends.split(",")
-    blocks_class = importlib.import_module(f"{scan.__name__}.chunk_parallel").Blocks
+    chunk_parallel = importlib.import_module(f"{scan.__name__}.chunk_parallel")
     try:
-        override_sets = [parse_blocks(text, backends, blocks_class) for text in args.blocks or [""]]
+        override_sets = [parse_blocks(text, backends, chunk_parallel) for text in args.blocks or [""]]
     except ValueError as error:
         parser.error(str(error))
     if not torch.cuda.is_available():

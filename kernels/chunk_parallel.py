@@ -205,8 +205,8 @@ class Blocks:
     @classmethod
     def parse(cls, text, names=()):
         """'name=value,...' -> overrides for parallel_block_sizes; a clear error for a value that is not a
-        positive integer or a name outside ``names`` (default: this class's fields; None: any name)."""
-        names = tuple(cls.__dataclass_fields__) if names == () else names
+        positive integer or a name outside ``names`` (default: the overridable fields; None: any name)."""
+        names = tuple(OVERRIDE_RULES) if names == () else names
         overrides = {}
         for item in filter(None, text.split(",")):
             name, _, value = item.partition("=")
@@ -217,30 +217,53 @@ class Blocks:
         return overrides
 
 
-def parallel_block_sizes(B, T, H, K, V, **overrides):
-    """Blocks for a [B, T, H, K] scan with value width V; ``overrides`` replace any field (a power of two
-    for the chunk and value blocks). Chosen from ptxas -v for sm_90a (results/kernels.md): chunks of 16 (at
-    32 the gradient kernel spills 0.3-6 KB per thread at every head width; at 16 at most 0.4 KB up to width
-    64, 3.5 KB at 128 with extra writes), value blocks of at most 64 in the parallel kernels (32 with longer
-    chunks, where 64 spills up to 12 KB), 8 warps from key width 64 (fewer spills than 4 everywhere). Timed
-    on the H200 at (8, 8192, 8, 128) (results/kernels.md, override sweep): the sequential passes split the
-    value dimension only until about one program per SM (64 wide there: 1.8 + 2.5 ms against 2.8 + 4.4 at
-    32) and pipeline two stages (the next chunk's loads in flight); the forward's parallel kernels run 4
-    warps at key width 128 (0.73 + 0.41 ms against 1.61 + 0.60 with 8; the gradient kernel was slower with 4,
-    8.4 against 7.0 ms; key width 64 not timed, kept at 8)."""
+def _power_of_two_from_16(n):
+    return n >= 16 and n & (n - 1) == 0
+
+
+# what each overridable field accepts (the key width follows from K and is not a choice)
+OVERRIDE_RULES = {
+    "chunk": (lambda n: n in (16, 32, 64), "16, 32 or 64"),
+    "sequential_value": (_power_of_two_from_16, "a power of two >= 16"),
+    "parallel_value": (_power_of_two_from_16, "a power of two >= 16"),
+    "forward_warps": (lambda n: n in (1, 2, 4, 8, 16), "1, 2, 4, 8 or 16"),
+    "gradient_warps": (lambda n: n in (1, 2, 4, 8, 16), "1, 2, 4, 8 or 16"),
+    "sequential_warps": (lambda n: n in (1, 2, 4, 8, 16), "1, 2, 4, 8 or 16"),
+    "sequential_stages": (lambda n: 1 <= n <= 4, "1 to 4"),
+    "state_bits": (lambda n: n in (16, 32), "16 or 32"),
+}
+
+
+def check_overrides(overrides):
+    """A ValueError naming the first override that is unknown or out of range (before any launch)."""
+    for name, value in overrides.items():
+        if name not in OVERRIDE_RULES:
+            raise ValueError(f"unknown block override {name!r}: expected one of {', '.join(OVERRIDE_RULES)}")
+        accepts, described = OVERRIDE_RULES[name]
+        if not accepts(value):
+            raise ValueError(f"block override {name}={value}: expected {described}")
+
+
+def parallel_block_sizes(B, T, H, K, V, L=0, **overrides):
+    """Blocks for a [B, T, H, K] scan with value width V and L extra writes; ``overrides`` replace fields
+    (OVERRIDE_RULES says which values each takes). Chosen from ptxas -v for sm_90a (results/kernels.md):
+    chunks of 16 (at 32 the gradient kernel spills 0.3-6 KB per thread at every head width; at 16 at most
+    0.4 KB up to width 64, 3.5 KB at 128 with extra writes), value blocks of at most 64 in the parallel
+    kernels (32 with longer chunks, where 64 spills up to 12 KB), 8 warps from key width 64 (fewer spills than
+    4 everywhere). Timed on the H200 at (8, 8192, 8, 128), L = 0 (results/kernels.md, override sweep): the
+    sequential passes split the value dimension only until about one program per SM (64 wide there: 1.8 +
+    2.5 ms against 2.9 + 4.2 at 32) with two pipelining stages (alike to three at 32); without extra writes
+    the forward's parallel kernels run 4 warps at key width 128 (0.73 + 0.41 ms against 1.61 + 0.60 with 8;
+    the gradient kernel was slower with 4, 8.4 against 7.0 ms; key width 64 and L > 0 not timed, kept at 8)."""
+    check_overrides(overrides)
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
     chunk = overrides.get("chunk", 16)
     warps = 4 if BK <= 32 else 8
-    forward_warps = 4 if BK <= 32 or BK >= 128 else 8
+    forward_warps = 4 if BK <= 32 or (BK >= 128 and L == 0) else 8
     defaults = dict(chunk=chunk, key=BK, sequential_value=_value_block(B * H, BV, busy=128),
                     parallel_value=min(BV, 64 if chunk <= 16 else 32), forward_warps=forward_warps,
                     gradient_warps=warps, sequential_warps=warps, sequential_stages=2, state_bits=32)
-    unknown = set(overrides) - set(defaults)
-    if unknown:
-        raise ValueError(f"unknown block override(s) {sorted(unknown)}: expected {sorted(defaults)}")
-    if overrides.get("state_bits", 32) not in (16, 32):
-        raise ValueError(f"block override state_bits={overrides['state_bits']}: expected 16 or 32")
     return Blocks(**{**defaults, **overrides})
 
 
@@ -256,7 +279,7 @@ class _ChunkParallelScan(torch.autograd.Function):
         B, T, H, K = q.shape
         V = v.shape[-1]
         L = 0 if extra_k is None else extra_k.shape[3]
-        blocks = parallel_block_sizes(B, T, H, K, V, **overrides)
+        blocks = parallel_block_sizes(B, T, H, K, V, L, **overrides)
         BT, BK = blocks.chunk, blocks.key
         NT = triton.cdiv(T, BT)
         q, k, v, g = (x.contiguous() for x in (q, k, v, g))
@@ -325,6 +348,6 @@ def chunk_parallel_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial
     """Chunk-parallel Triton scan; returns (o [B, T, H, V] in v's dtype, S_T [B, H, K, V] fp32).
 
     ``overrides`` replace fields of the automatic ``Blocks`` (chunk 16, 32 or 64; value blocks powers of two
-    >= 16), as benchmarks/kernels_bench.py --blocks does."""
-    parallel_block_sizes(*q.shape, v.shape[-1], **overrides)  # an unknown override fails here, before any launch
+    >= 16), as benchmarks/kernel_profile.py --blocks does."""
+    check_overrides(overrides)  # a bad override fails here, before any launch
     return _ChunkParallelScan.apply(q, k, v, g, beta, extra_k, extra_v, initial_state, scale, overrides)

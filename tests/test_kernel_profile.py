@@ -16,8 +16,10 @@ def run_profile(*arguments):
 
 
 @pytest.mark.parametrize("arguments, message", [
-    (["--blocks", "stages=2"], "--blocks 'stages=2': chunk_parallel takes chunk, key,"),
-    (["--blocks", "chunk=0"], "block override 'chunk=0': expected name=positive integer"),
+    (["--blocks", "stages=2"], "--blocks 'stages=2': chunk_parallel takes chunk, sequential_value,"),
+    (["--blocks", "chunk=0"], "--blocks 'chunk=0': block override 'chunk=0': expected name=positive integer"),
+    (["--blocks", "chunk=24"], "--blocks 'chunk=24': block override chunk=24: expected 16, 32 or 64"),
+    (["--blocks", "key=16"], "chunk_parallel takes chunk, sequential_value,"),
     (["--backends", "triton", "--blocks", "chunk=16"], "triton takes chunk_size, value_block, not chunk"),
 ])
 def test_bad_block_overrides_are_refused_by_name(arguments, message):

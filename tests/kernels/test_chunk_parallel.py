@@ -66,6 +66,7 @@ def test_chunk_parallel_block_size_rule():
     assert parallel_block_sizes(8, 8192, 8, 128, 128, chunk=32) == Blocks(32, 128, 64, 32, 4, 8, 8, 2, 32)
     blocks = parallel_block_sizes(64, 1024, 4, 64, 64, sequential_value=16, sequential_stages=3)
     assert (blocks.sequential_value, blocks.parallel_value, blocks.sequential_stages) == (16, 64, 3)
+    assert parallel_block_sizes(8, 8192, 8, 128, 128, 3).forward_warps == 8  # 4 timed at L = 0 only
 
 
 def test_chunk_parallel_block_overrides_are_checked():
@@ -80,6 +81,13 @@ def test_chunk_parallel_block_overrides_are_checked():
         parallel_block_sizes(1, 16, 1, 16, 16, stages=2)
     with pytest.raises(ValueError, match="state_bits=8: expected 16 or 32"):
         parallel_block_sizes(1, 16, 1, 16, 16, state_bits=8)
+    with pytest.raises(ValueError, match="unknown block override 'key'"):
+        parallel_block_sizes(1, 16, 1, 32, 16, key=16)  # the key width follows from K
+    for bad, expected in (({"chunk": 24}, "16, 32 or 64"), ({"sequential_value": 24}, "power of two"),
+                          ({"parallel_value": 8}, "power of two"), ({"gradient_warps": 3}, "1, 2, 4, 8 or 16"),
+                          ({"sequential_stages": 9}, "1 to 4")):
+        with pytest.raises(ValueError, match=expected):
+            parallel_block_sizes(1, 16, 1, 16, 16, **bad)
 
 
 def test_chunk_parallel_bf16_chunk_states_stay_within_bf16_rounding(monkeypatch):
