@@ -85,17 +85,26 @@ def test_option_errors_name_the_option(arguments, message, tmp_path, capsys):
     assert not Path(tmp_path / "throughput-tiny.md").exists()
 
 
-def test_report_name_writes_its_own_report_beside_the_main_one(tmp_path):
-    main(["throughput", *TINY, "--models", "sasrec", "--results-dir", str(tmp_path), "--mlflow", "off",
+def test_report_name_writes_its_own_report_and_its_import_redraws_that_plot(tmp_path, monkeypatch):
+    device_store, local_store = f"sqlite:///{tmp_path / 'device.db'}", f"sqlite:///{tmp_path / 'local.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", device_store)
+    main(["throughput", *TINY, "--models", "sasrec", "--results-dir", str(tmp_path / "device"), "--mlflow", "on",
           "--report-name", "throughput-serial"])
-    report = (tmp_path / "throughput-serial.md").read_text()
+    report = (tmp_path / "device" / "throughput-serial.md").read_text()
     assert "--report-name throughput-serial" in report and "| sasrec | 2 x 16 |" in report
-    assert (tmp_path / "throughput-serial.png").is_file() and not (tmp_path / "throughput-tiny.md").exists()
+    assert not (tmp_path / "device" / "throughput-tiny.md").exists()
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", local_store)
+    mlflow.set_tracking_uri(local_store)
+    main(["throughput", "--import-store", device_store, "--results-dir", str(tmp_path / "local")])
+    assert [p.name for p in (tmp_path / "local").iterdir()] == ["throughput-serial.png"]
 
 
-def test_report_name_with_a_folder_is_refused(tmp_path, capsys):
+@pytest.mark.parametrize("arguments", [["--report-name", "../x"], ["--report-name", "x.md"],
+                                       ["--report-name", "x", "--import-store", "sqlite:///nowhere.db"]])
+def test_bad_report_name_is_refused(arguments, tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
-        main(["throughput", *TINY, "--results-dir", str(tmp_path), "--mlflow", "off", "--report-name", "../x"])
+        main(["throughput", *TINY, "--results-dir", str(tmp_path), "--mlflow", "off", *arguments])
     assert "option --report-name" in f"{stop.value.code} {capsys.readouterr().err}"
     assert not list(tmp_path.iterdir())
 

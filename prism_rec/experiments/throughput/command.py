@@ -61,6 +61,8 @@ def command_line(args: argparse.Namespace) -> str:
 
 def command_throughput(args: argparse.Namespace) -> None:
     results_dir = Path(args.results_dir) if args.results_dir else RESULTS_DIR
+    if args.import_store and args.report_name is not None:
+        raise ValueError("option --report-name: not with --import-store (the imported runs name their report)")
     if args.import_store:
         print(f"copied {import_store(args.import_store, results_dir)} run(s) from {args.import_store}; "
               f"plot redrawn in {results_dir}")
@@ -71,7 +73,7 @@ def command_throughput(args: argparse.Namespace) -> None:
                                  ("case-budget", args.case_budget, 1e-9), ("total-budget", args.total_budget, 1e-9)):
         if value is not None and value < least:
             raise ValueError(f"option --{option}: must be {'>= 1' if least == 1 else '> 0'}, got {value}")
-    if args.report_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", args.report_name):
+    if args.report_name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", args.report_name):
         raise ValueError(f"option --report-name: a file name without a folder or extension, got {args.report_name!r}")
     overrides = {"warmup": args.warmup, "steps": args.steps, "case_budget_s": args.case_budget,
                  "file_stem": args.report_name}

@@ -25,7 +25,7 @@ def log_to_mlflow(results: list[BackboneResults], configuration: Configuration, 
     experiment = experiment_id(EXPERIMENT)
     for entry in results:
         tags = {**provenance_tags(device), "backbone": entry.backbone, "shape": entry.shape.name,
-                "configuration": configuration.name, "command": command}
+                "configuration": configuration.name, "report": configuration.file_stem, "command": command}
         tags.update({f"status_{case.length}x{case.batch}": format_case(case, configuration) for case in entry.cases})
         with mlflow.start_run(experiment_id=experiment, run_name=f"{entry.backbone} {entry.shape.name}", tags=tags):
             mlflow.log_params({"d_model": entry.shape.d_model, "n_layers": entry.shape.n_layers,
@@ -43,8 +43,9 @@ def log_to_mlflow(results: list[BackboneResults], configuration: Configuration, 
 
 def import_store(source_uri: str, results_dir: Path) -> int:
     """Copy the "throughput" runs of the MLflow store at ``source_uri`` (one written on a GPU machine)
-    into the current store, once each (tag ``source_run_id``), and redraw ``<results-dir>/<stem>.png``
-    from the newest run per (backbone, shape); returns the number of runs copied. The report (.md) is the
+    into the current store, once each (tag ``source_run_id``), and redraw ``<results-dir>/<report>.png``
+    of the newest run's report (tag ``report``: its file name, as ``--report-name`` set it) from the newest
+    run per (backbone, shape) of that report; returns the number of runs copied. The report (.md) is the
     one the measuring machine wrote."""
     import mlflow
 
@@ -78,10 +79,11 @@ def import_store(source_uri: str, results_dir: Path) -> int:
                 for point in source.get_metric_history(run.info.run_id, key):
                     mlflow.log_metric(key, point.value, step=point.step)
     configuration = CONFIGURATIONS[runs[0].data.tags["configuration"]]
+    report = runs[0].data.tags.get("report", configuration.file_stem)
     newest = {}
     for run in runs:  # newest first
         tags = run.data.tags
-        if tags.get("configuration") == configuration.name:
+        if tags.get("configuration") == configuration.name and tags.get("report", configuration.file_stem) == report:
             newest.setdefault((tags["backbone"], tags["shape"]), run)
     results = []
     for shape in configuration.shapes:
@@ -93,5 +95,5 @@ def import_store(source_uri: str, results_dir: Path) -> int:
                          for length, batch in shape.cases]
                 results.append(BackboneResults(backbone, shape, {}, None, cases))
     machine = runs[0].data.tags.get("machine", "unknown machine")
-    plot(results, configuration, results_dir / f"{configuration.file_stem}.png", f"Training throughput, {machine}")
+    plot(results, configuration, results_dir / f"{report}.png", f"Training throughput, {machine}")
     return count
