@@ -255,6 +255,9 @@ def test_a_solo_step_far_above_its_backbones_median_is_suspect_and_left_out_of_t
     suspect = report.suspect_solo(solo)
     assert list(suspect) == [("yelp-iclrec", "gated_deltanet")] and suspect[("yelp-iclrec", "gated_deltanet")] > 20
     assert report.suspect_solo(None) == {}
+    note = report.suspect_note(suspect)
+    assert note.startswith("Suspect: 1 figure(s)") and "results/solo_checks.md" in note
+    assert "solo_checks" not in report.suspect_note({("ml-100k", "titans"): 5.0})  # nothing known of that one
 
 
 def test_the_plateau_rule():

@@ -592,6 +592,15 @@ def read_solo(path: Path) -> dict[tuple[str, str], dict] | None:
 # datasets' step costs differ by up to about 3x between T 50 and T 200; four cells measured 6.7x-18x with a
 # mean of a few steps, one of them still 14x with the median step)
 SUSPECT_STEP_FACTOR = 4.0
+# what was found out about a suspect figure, said while it is one (results/solo_checks.md has the runs)
+KNOWN_SUSPECTS = {
+    ("yelp-iclrec", "gated_deltanet"): (
+        "gated_deltanet on yelp-iclrec is the benchmark process's, not the backbone's: measured again with "
+        "the median step (2026-12-02), it stayed 14x, its step being host time (332 ms of wall time around "
+        "4.1 ms of kernels), and whichever backbone a process timed first after loading yelp-iclrec was as "
+        "slow (mamba2, 430 ms when it went first); in the grid it trains there at the pace of prism-L0, the "
+        "same layer (shared-GPU table below). The host-side cause is not established (results/solo_checks.md)."),
+}
 
 
 def suspect_solo(solo: dict | None) -> dict[tuple[str, str], float]:
@@ -602,6 +611,17 @@ def suspect_solo(solo: dict | None) -> dict[tuple[str, str], float]:
         steps.setdefault(model, []).append(float(row["step_ms"]))
     return {(dataset, model): ratio for (dataset, model), row in (solo or {}).items()
             if (ratio := float(row["step_ms"]) / statistics.median(steps[model])) > SUSPECT_STEP_FACTOR}
+
+
+def suspect_note(suspect: dict[tuple[str, str], float]) -> str:
+    """The paragraph under the solo table: how many figures are suspect, and what is known of each."""
+    if not suspect:
+        return (f"No figure is suspect (none took more than {SUSPECT_STEP_FACTOR:g}x the same backbone's median "
+                "step over the datasets).")
+    return (f"Suspect: {len(suspect)} figure(s) whose step took more than {SUSPECT_STEP_FACTOR:g}x the same "
+            "backbone's median step over the datasets (the step above, as that multiple; the datasets' own costs "
+            "differ by at most about 3x), left out of the Pareto plots."
+            + "".join(f" {KNOWN_SUSPECTS[cell]}" for cell in sorted(suspect) if cell in KNOWN_SUSPECTS))
 
 
 def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
@@ -683,19 +703,7 @@ def cost_tables(grid: Grid, solo: dict | None) -> list[str]:
               + (f", {', '.join(solo_machines)}; the commands in its `command` column" if solo_rows else ": absent")
             + "). These are the x axes of the Pareto plots.", "",
             pipe_table(["backbone", *datasets], solo_table, align=numeric),
-            "", (f"Suspect: {len(suspect)} figure(s) whose step took more than {SUSPECT_STEP_FACTOR:g}x the same "
-                 "backbone's median step over the datasets (the step above, as that multiple; the datasets' "
-                 "own costs differ by at most about 3x), left out of the Pareto plots. Of the four such "
-                 "figures of the first measurement (a mean of a few steps), three came back in line when "
-                 "gated_deltanet, gdn-authors and mamba2 were measured again with the median step "
-                 "(2026-12-02, the rows whose command names those three). gated_deltanet on yelp-iclrec "
-                 "stayed 14x: the benchmark process, not the backbone. On the H200 its step there was 332 ms "
-                 "of wall time around 4.1 ms of kernels (benchmarks/step_profile.py; prism-L0, the same layer, "
-                 "50.7 ms), and whichever backbone step_bench timed first after loading yelp-iclrec was the "
-                 "slow one (mamba2 at 430 ms when it went first). Its shared-GPU figure below is in line with "
-                 "prism-L0's. The host-side cause is not established." if suspect else
-                 f"No figure is suspect (none took more than {SUSPECT_STEP_FACTOR:g}x the same backbone's median "
-                 "step over the datasets)."),
+            "", suspect_note(suspect),
             "", "Shared-GPU training tokens/s of the table runs (the manifest's `train_tokens_per_s`, mean over "
             "seeds: each run's share of a GPU it shared with other runs; not a solo figure, not used in the "
             "Pareto plots):", "", pipe_table(["backbone", *datasets], shared_table, align=numeric)]
