@@ -127,16 +127,21 @@ def warm_up(trainer: Trainer, batches: list[torch.Tensor]) -> float:
     return per_step
 
 
+def cycled(batches: list[torch.Tensor], start: int, stop: int) -> list[torch.Tensor]:
+    """The batches of steps start..stop-1, going round ``batches`` again when the steps outnumber them."""
+    return [batches[index % len(batches)] for index in range(start, stop)]
+
+
 def timed_steps(trainer: Trainer, batches: list[torch.Tensor], warmup: int, steps: int,
                 cell_seconds: float) -> list[float]:
     """Wall ms of each timed step (synchronised per step), after ``warmup`` steps; fewer timed steps when
-    one step would make the cell last more than ``cell_seconds``."""
-    per_step = warm_up(trainer, [batches[index % len(batches)] for index in range(warmup)])
+    one step would make the cell last more than ``cell_seconds``. Step i trains on cycled(batches, i, i + 1)."""
+    per_step = warm_up(trainer, cycled(batches, 0, warmup))
     steps = max(2, min(steps, int(cell_seconds / max(per_step, 1e-9))))
     times = []
-    for index in range(warmup, warmup + steps):
+    for batch in cycled(batches, warmup, warmup + steps):
         begin = time.perf_counter()
-        trainer.step(batches[index % len(batches)])
+        trainer.step(batch)
         synchronize(trainer.device)
         times.append((time.perf_counter() - begin) * 1000)
     return times
@@ -326,7 +331,7 @@ def solo_cell(dataset, windows: torch.Tensor, backbone: str, compile_mode: str, 
     finally:
         del trainer
         reset_memory(device)
-    timed = [batches[index % len(batches)] for index in range(args.solo_warmup, args.solo_warmup + len(times))]
+    timed = cycled(batches, args.solo_warmup, args.solo_warmup + len(times))
     targets = statistics.fmean(int(((b[:, :-1] > 0) & (b[:, 1:] > 0)).sum()) for b in timed)
     step_ms = statistics.median(times)
     row = {"dataset": dataset.name, "model": backbone, "tokens_per_s": f"{targets / step_ms * 1000:.0f}",
