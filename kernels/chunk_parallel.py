@@ -348,6 +348,6 @@ def chunk_parallel_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial
     """Chunk-parallel Triton scan; returns (o [B, T, H, V] in v's dtype, S_T [B, H, K, V] fp32).
 
     ``overrides`` replace fields of the automatic ``Blocks`` (chunk 16, 32 or 64; value blocks powers of two
-    >= 16), as benchmarks/kernel_profile.py --blocks does."""
-    check_overrides(overrides)  # a bad override fails here, before any launch
+    >= 16), as benchmarks/kernel_profile.py --blocks does; a bad one fails in parallel_block_sizes, before
+    anything is allocated or launched."""
     return _ChunkParallelScan.apply(q, k, v, g, beta, extra_k, extra_v, initial_state, scale, overrides)
