@@ -11,10 +11,11 @@
 # from their checkpoints. Without it the committed results/probes_manifest.jsonl is the base.
 # WORKERS (default 15 per GPU: 16 cores, the driver mostly waits) training processes share DEVICE
 # (default: every GPU, worker i on the i-th) through a CUDA MPS server (PRISM_REC_MPS, default 1;
-# gpu_setup.sh falls back to time slices) and start runs for BUDGET seconds (default: what is left of
-# CALL_SECONDS, default 525, since the script started, after the setup and the check below); runs in flight
-# then pause at their next step and are checkpointed, up to CHECKPOINT_MIB (default 15) in all so that the
-# file comes back (a paused run that does not fit starts over next time). COMPILE (default graphs) is the
+# gpu_setup.sh falls back to time slices) and run for BUDGET seconds (default: what is left of
+# CALL_SECONDS, default 525, since the script started, after the setup and the check below), starting no
+# run in its last 60 s (prism-rec probe --start-margin: a run pauses only between steps, and its first step
+# compiles); runs in flight then pause at their next step and are checkpointed, up to CHECKPOINT_MIB
+# (default 15) in all so that the file comes back (a paused run that does not fit starts over next time). COMPILE (default graphs) is the
 # training step's compile mode (prism-rec probe --compile: off, graphs, cudagraphs, inductor, auto); it is
 # recorded in each manifest line and is not part of a run's identity (prism_rec/experiments/probes/train.py). Unless it
 # is off, the compiled training of every grid model is first checked against eager on the first GPU

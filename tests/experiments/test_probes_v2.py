@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import pytest
@@ -17,7 +18,7 @@ from prism_rec.experiments.probes.grid import (PAPER_COLUMNS, SEEDS, SWEEP_LENGT
 from prism_rec.experiments.probes.manifest import CHECKPOINTS_NAME, PROTOCOL, load_manifest, save_manifest
 from prism_rec.experiments.probes.model import PROBE_BACKBONES, ProbeModel, build_probe_backbone
 from prism_rec.experiments.probes.report import write_grid_report
-from prism_rec.experiments.probes.runner import run_probes
+from prism_rec.experiments.probes.runner import _load_checkpoints, _save_checkpoints, run_probes
 from prism_rec.experiments.probes.tasks import TASKS
 from prism_rec.registry import list_backbones
 from tests.models import test_backbone_contract as contract
@@ -133,6 +134,21 @@ def test_a_checkpoint_over_the_limit_is_dropped(tmp_path, monkeypatch, capsys):
     assert "dropped (the run starts over next time)" in capsys.readouterr().out
 
 
+def test_the_checkpoint_file_is_the_size_of_its_checkpoints_and_reads_back_unchanged(tmp_path):
+    checkpoints = {"paper/a/s0": os.urandom(300_000), "paper/b/s1": os.urandom(200_000)}  # incompressible bytes
+    _save_checkpoints(tmp_path, checkpoints)
+    assert (tmp_path / CHECKPOINTS_NAME).stat().st_size <= 500_000 + 4096  # not 1.5x, as pickled bytes were
+    assert _load_checkpoints(tmp_path) == checkpoints
+
+
+def test_no_run_starts_within_the_start_margin_of_the_budget_s_end(tmp_path):
+    result = run_probes(tiny_runs(seeds=(0, 1)), tmp_path, device="cpu", time_budget=100, log_mlflow=False,
+                        start_margin=100)
+    assert result["counts"]["not started"] == 2 and result["counts"]["finished"] == 0
+    with pytest.raises(ValueError, match="option --start-margin"):
+        run_probes(tiny_runs(), tmp_path, device="cpu", start_margin=-1, log_mlflow=False)
+
+
 def synthetic_entry(run, accuracy: float, protocol: int = PROTOCOL) -> dict:
     return {"task": run.task, "task_version": TASKS[run.task].version, "protocol": protocol, "model": run.model,
             "seed": run.seed, "profile": run.profile, "settings": run.settings.as_dict(), "accuracy": accuracy,
@@ -183,4 +199,5 @@ def test_the_grid_cli_refuses_setting_options_and_a_spent_budget_writes_the_repo
     main(["probe", "--grid", "--device", "cpu", "--time-budget", "1e-9", "--out", str(tmp_path), "--no-mlflow"])
     report = (tmp_path / "probes.md").read_text()
     assert "0 of the 420 planned runs" in report and "Not finished in this invocation: 420 runs" in report
-    assert "Command: `prism-rec probe --device cpu --compile graphs --workers 1 --time-budget 1e-09 --out" in report
+    assert ("Command: `prism-rec probe --device cpu --compile graphs --workers 1 --time-budget 1e-09 "
+            "--start-margin 60.0 --out") in report

@@ -29,7 +29,8 @@ def command_line(args: argparse.Namespace) -> str:
     """The invocation as a ``prism-rec probe`` command, options in a fixed order, defaults left out."""
     words = ["prism-rec", "probe"]
     chosen = () if args.grid else ("tasks", "models", "seeds", "profile")  # the grid fixes these
-    for name in (*chosen, *SETTING_OPTIONS, "device", "compile", "workers", "time_budget", "checkpoint_limit", "out"):
+    for name in (*chosen, *SETTING_OPTIONS, "device", "compile", "workers", "time_budget", "start_margin",
+                 "checkpoint_limit", "out"):
         value = getattr(args, name)
         if value is not None:
             words += [f"--{name.replace('_', '-')}", str(value)]
@@ -93,7 +94,7 @@ def command_probe(args: argparse.Namespace) -> None:
     result = run_probes(runs, Path(args.out), device=args.device, workers=args.workers,
                         time_budget=args.time_budget, command=command, log_mlflow=not args.no_mlflow,
                         checkpoint_limit=None if args.checkpoint_limit is None else int(args.checkpoint_limit * 2**20),
-                        compile=args.compile)
+                        compile=args.compile, start_margin=args.start_margin)
     if args.grid:
         table = write_grid_report(Path(args.out), command, result["unfinished"])
     else:
@@ -135,6 +136,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     probe.add_argument("--workers", type=int, default=1, help="training processes at once, sharing the device")
     probe.add_argument("--time-budget", type=float, default=None,
                        help="seconds; start no run after it, pause in-flight ones (checkpointed, resumable)")
+    probe.add_argument("--start-margin", type=float, default=60.0,
+                       help="seconds; with --time-budget, start no run this close to its end (a run pauses only "
+                            "between steps, and its first step, the compilation, can take this long); "
+                            "default %(default)s")
     probe.add_argument("--checkpoint-limit", type=float, default=None,
                        help="MiB; paused runs whose checkpoints would make probes_checkpoints.pt larger are "
                             "dropped and start over next time (what a device call can bring back)")

@@ -34,13 +34,18 @@ EXPERIMENT = "probes"
 
 def _load_checkpoints(out_dir: Path) -> dict[str, bytes]:
     path = out_dir / CHECKPOINTS_NAME
-    return torch.load(path, weights_only=True) if path.exists() else {}
+    stored = torch.load(path, weights_only=True) if path.exists() else {}
+    # uint8 tensors; bytes in files of earlier versions
+    return {identity: blob if isinstance(blob, bytes) else blob.numpy().tobytes() for identity, blob in stored.items()}
 
 
 def _save_checkpoints(out_dir: Path, checkpoints: dict[str, bytes]) -> None:
+    """Each run's checkpoint as a uint8 tensor: torch.save pickles ``bytes`` (protocol 2) as latin-1 text
+    stored in UTF-8, about 1.5 times their size, which would break ``checkpoint_limit``."""
     path = out_dir / CHECKPOINTS_NAME
     if checkpoints:
-        save_atomically(checkpoints, path)
+        save_atomically({identity: torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+                         for identity, blob in checkpoints.items()}, path)
     elif path.exists():
         path.unlink()
 
@@ -81,13 +86,16 @@ def log_manifest_to_mlflow(out_dir: Path, command: str) -> int:
 
 def run_probes(runs: list[ProbeRun], out_dir: Path, device: str = "auto", workers: int = 1,
                time_budget: float | None = None, command: str = "", log_mlflow: bool = True,
-               checkpoint_limit: int | None = None, compile: str = "off") -> dict:
+               checkpoint_limit: int | None = None, compile: str = "off", start_margin: float = 0.0) -> dict:
     """Train every run of ``runs`` not yet in the manifest, in order; returns counts per status and the
-    labels of the runs left unfinished."""
+    labels of the runs left unfinished. No run starts within ``start_margin`` seconds of the budget's end:
+    a run checks the deadline only between steps, and its first step (compilation) can take that long."""
     if workers < 1:
         raise ValueError(f"option --workers: must be >= 1, got {workers}")
     if time_budget is not None and time_budget <= 0:
         raise ValueError(f"option --time-budget: must be > 0 seconds, got {time_budget}")
+    if start_margin < 0:
+        raise ValueError(f"option --start-margin: must be >= 0 seconds, got {start_margin}")
     out_dir = Path(out_dir)
     devices = WorkerDevices(check_devices(device))
     step_mode = resolve_compile(compile, torch.device(devices.names[0]))
@@ -144,6 +152,7 @@ def run_probes(runs: list[ProbeRun], out_dir: Path, device: str = "auto", worker
             print(f"{job.label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
 
     not_started = run_jobs(pending, train_probe, workers, deadline, record,
+                           expected_seconds=(lambda job: start_margin) if start_margin else None,
                            cuda_devices=devices.cuda_devices)
     counts["not started"] = len(not_started)
     unfinished += [job.label for job in not_started]
