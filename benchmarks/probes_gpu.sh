@@ -21,7 +21,9 @@
 # is off, the compiled training of every grid model is first checked against eager on the first GPU
 # (--check-compile: one step's loss and gradients, and a 40-step loss curve; fp32, TF32 off; about a minute
 # with graphs; timeout CHECK_SECONDS, default 150 s with graphs and 300 s with TorchInductor's slower
-# compilation); a gap or a failure stops the call before the grid starts.
+# compilation); a gap or a failure stops the call before the grid starts. A warm machine that passed the
+# check for the same sources (prism_rec, kernels, baselines) and mode in an earlier call skips it (a marker
+# under /tmp, which a warm machine keeps between calls).
 # The whole call takes about CALL_SECONDS + 10 s (pausing and the report); a timeout at BUDGET + 30 s guards
 # the grid.
 # OUT_DIR receives six files: probes_manifest.jsonl (every line, old and new), probes_checkpoints.pt,
@@ -49,12 +51,18 @@ device=${DEVICE:-$gpus}
 workers=${WORKERS:-$((15 * $(echo "$device" | tr ',' '\n' | wc -l)))}
 compile=${COMPILE:-graphs}
 status=0
-if [ "$compile" != off ]; then
+sources=$(find prism_rec kernels baselines -name '*.py' | sort | xargs cat | sha1sum | cut -c1-16)
+checked=/tmp/prism_rec_probe_check_${sources}_$compile
+if [ "$compile" != off ] && [ -f "$checked" ]; then
+    echo "compile check skipped: passed in an earlier call on this machine for the same sources ($checked)" \
+        | tee "$out/probes_check.txt"
+elif [ "$compile" != off ]; then
     check_seconds=${CHECK_SECONDS:-$(if [ "$compile" = graphs ]; then echo 150; else echo 300; fi)}
     timeout "$check_seconds" python3 -m prism_rec.cli probe --grid --device "${device%%,*}" --compile "$compile" --check-compile \
         > "$out/probes_check.txt" 2>&1
     status=$?
     tail -n 12 "$out/probes_check.txt"
+    if [ $status = 0 ]; then touch "$checked"; fi
 fi
 budget=${BUDGET:-$((${CALL_SECONDS:-525} - SECONDS))}
 if [ $status = 0 ]; then
