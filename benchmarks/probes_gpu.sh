@@ -17,9 +17,9 @@
 # compiles); runs in flight then pause at their next step and are checkpointed, up to CHECKPOINT_MIB
 # (default 15) in all so that the file comes back (a paused run that does not fit starts over next time).
 # COMPILE (default graphs) is the training step's compile mode (prism-rec probe --compile: off, graphs,
-# cudagraphs, inductor, auto); it is
-# recorded in each manifest line and is not part of a run's identity (prism_rec/experiments/probes/train.py). Unless it
-# is off, the compiled training of every grid model is first checked against eager on the first GPU
+# cudagraphs, inductor, auto); it is recorded in each manifest line and is not part of a run's identity
+# (prism_rec/experiments/probes/train.py). Unless it is off, the compiled training of every grid model is
+# first checked against eager on the first GPU
 # (--check-compile: one step's loss and gradients, and a 40-step loss curve; fp32, TF32 off; about a minute
 # with graphs; timeout CHECK_SECONDS, default 150 s with graphs and 300 s with TorchInductor's slower
 # compilation); a gap or a failure stops the call before the grid starts. A warm machine that passed the
