@@ -15,7 +15,8 @@
 # CALL_SECONDS, default 525, since the script started, after the setup and the check below), starting no
 # run in its last 60 s (prism-rec probe --start-margin: a run pauses only between steps, and its first step
 # compiles); runs in flight then pause at their next step and are checkpointed, up to CHECKPOINT_MIB
-# (default 15) in all so that the file comes back (a paused run that does not fit starts over next time).
+# (default 15) in all so that the file comes back (a paused run that does not fit starts over next time);
+# one still in a step 15 s after the deadline is abandoned (prism_rec/experiments/probes/runner.py).
 # COMPILE (default graphs) is the training step's compile mode (prism-rec probe --compile: off, graphs,
 # cudagraphs, inductor, auto); it is recorded in each manifest line and is not part of a run's identity
 # (prism_rec/experiments/probes/train.py). Unless it is off, the compiled training of every grid model is

@@ -2,10 +2,10 @@
 
 Each worker is a spawned process that runs one job at a time and is fed the next as soon as it is free,
 so jobs start in the order given (skipping, when estimates are given, those expected to outlast the
-deadline). No job starts after the deadline. At the deadline, in-flight jobs either
-run on to their end (``abandon_at_deadline=False``: the probes pause themselves there) or are terminated
-and reported as abandoned (``abandon_at_deadline=True``). A job that raises, or whose worker dies, is
-reported as failed; the other workers carry on. With one worker, jobs run in this process, one after
+deadline). No job starts after the deadline. In-flight jobs run on past it until ``abandon_after`` seconds
+later (the probes pause themselves at the deadline; the grid cells get 0 s), when they are terminated and
+reported as abandoned; with ``abandon_after=None`` they run to their end. A job that raises, or whose
+worker dies, is reported as failed; the other workers carry on. With one worker, jobs run in this process, one after
 another, and the one in hand always finishes.
 """
 
@@ -99,7 +99,7 @@ def _next_job(queue: list, deadline: float, expected_seconds: Callable[[Any], fl
 
 
 def run_jobs(jobs: list, work: Callable[[Any], dict], workers: int, deadline: float,
-             on_result: Callable[[Any, dict], None], abandon_at_deadline: bool = False,
+             on_result: Callable[[Any, dict], None], abandon_after: float | None = None,
              expected_seconds: Callable[[Any], float | None] | None = None,
              cuda_devices: list[str] | None = None, wanted: Callable[[Any], bool] | None = None) -> list:
     """Run ``work(job)`` for ``jobs`` in order on ``workers`` processes; ``on_result(job, result)`` is
@@ -125,7 +125,7 @@ def run_jobs(jobs: list, work: Callable[[Any], dict], workers: int, deadline: fl
             busy = [worker for worker in pool if worker.job is not None]
             if not busy:
                 return queue
-            if abandon_at_deadline and time.time() >= deadline:
+            if abandon_after is not None and time.time() >= deadline + abandon_after:
                 _abandon(busy, on_result)  # follow-up jobs are not started after the deadline
                 return queue
             for job, result in _ended(busy):
@@ -172,8 +172,8 @@ def _feed(pool: list[_Worker], queue: list, deadline: float,
 
 
 def _abandon(busy: list[_Worker], on_result: Callable[[Any, dict], None]) -> None:
-    """At the deadline: report each busy worker's job, with its result if already sent, else abandoned
-    (the worker killed)."""
+    """At the deadline (plus ``abandon_after``): report each busy worker's job, with its result if already
+    sent, else abandoned (the worker killed)."""
     for worker in busy:
         finished = worker.connection.poll()  # a result already sent is kept, not thrown away
         if not finished:

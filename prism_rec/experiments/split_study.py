@@ -92,7 +92,7 @@ def run_study(out_dir: Path, workers: int, budget: float | None, device: str, co
         print(f"{job.label}: test AUC {record['metrics']['test_auc']:.4f}", flush=True)
 
     deadline = time.time() + budget if budget else float("inf")
-    not_started = run_jobs(jobs, train_cell, workers, deadline, on_result, abandon_at_deadline=True,
+    not_started = run_jobs(jobs, train_cell, workers, deadline, on_result, abandon_after=0,
                            cuda_devices=devices.cuda_devices)
     counts["not started"] = len(not_started)
     print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)

@@ -196,9 +196,24 @@ def test_jobs_in_flight_at_the_deadline_are_abandoned():
     results = []
     started = time.time()
     not_started = run_jobs([30.0, 30.0, 30.0], time.sleep, workers=2, deadline=time.time() + 2,
-                           on_result=lambda job, result: results.append(result["status"]), abandon_at_deadline=True)
+                           on_result=lambda job, result: results.append(result["status"]), abandon_after=0)
     assert results == [ABANDONED, ABANDONED] and not_started == [30.0]
     assert time.time() - started < 20
+
+
+def _sleep_until(end: float) -> dict:
+    time.sleep(max(0.0, end - time.time()))
+    return {"status": "finished"}
+
+
+def test_jobs_in_flight_get_abandon_after_seconds_past_the_deadline():
+    """A job ending within the grace after the deadline is kept; one still running at its end is abandoned."""
+    results = {}
+    deadline = time.time() + 6
+    run_jobs([deadline + 1, deadline + 120], _sleep_until, workers=2, deadline=deadline, abandon_after=4,
+             on_result=lambda job, result: results.update({job - deadline: (result["status"], time.time() - deadline)}))
+    assert results[1][0] == "finished" and results[120][0] == ABANDONED
+    assert 4 <= results[120][1] < 10
 
 
 def test_time_estimates_follow_the_planned_concurrency_and_the_epochs_of_the_rate():

@@ -336,7 +336,7 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
                   f"run(s) queued", flush=True)
         return follow_ups
 
-    not_started = run_jobs(jobs, train_cell, workers, deadline, on_result, abandon_at_deadline=True,
+    not_started = run_jobs(jobs, train_cell, workers, deadline, on_result, abandon_after=0,
                            expected_seconds=expected if timed else None,
                            cuda_devices=devices.cuda_devices, wanted=lambda job: job.label in wanted)
     passed_over = sum(job.label not in wanted for job in not_started)

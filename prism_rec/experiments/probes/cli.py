@@ -135,7 +135,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                             f"device), then exit; fails beyond the relative gaps {CHECK_TOLERANCE}")
     probe.add_argument("--workers", type=int, default=1, help="training processes at once, sharing the device")
     probe.add_argument("--time-budget", type=float, default=None,
-                       help="seconds; start no run after it, pause in-flight ones (checkpointed, resumable)")
+                       help="seconds; start no run after it, pause in-flight ones (checkpointed, resumable; one "
+                            "still in a step 15 s later is abandoned)")
     probe.add_argument("--start-margin", type=float, default=60.0,
                        help="seconds; with --time-budget, start no run this close to its end (a run pauses only "
                             "between steps, and its first step, the compilation, can take this long); "

@@ -7,7 +7,9 @@ runs. Runs already in the manifest with identical settings are skipped. With ``t
 run is started after the deadline and in-flight runs pause at it: their model, optimiser and data-stream
 state go to ``<out>/probes_checkpoints.pt`` (loaded with ``weights_only=True``; with ``checkpoint_limit``
 bytes, a paused run whose checkpoint would not fit is dropped and starts over next time) and the next
-invocation over the same folder continues them. Runs start in the order given. ``compile`` is the training
+invocation over the same folder continues them. A run that has not paused ``PAUSE_GRACE_SECONDS`` after the
+deadline (a first step still compiling) is abandoned, its worker killed: it resumes from its previous
+checkpoint, if any, or starts over. Runs start in the order given. ``compile`` is the training
 step's mode (``prism_rec.training.compile``), recorded in each manifest entry as resolved ("off" on CPU).
 """
 
@@ -21,13 +23,15 @@ import torch
 
 from ...training.checkpoint import save_atomically
 from ...training.compile import resolve_compile
-from ..jobs import WorkerDevices, run_jobs
+from ..jobs import ABANDONED, WorkerDevices, run_jobs
 from ...tracking.store import experiment_id, git_commit, machine_description
 from ...training.devices import check_devices
 from .grid import ProbeRun
 from .manifest import CHECKPOINTS_NAME, MANIFEST_NAME, PROTOCOL, entry_identity, load_manifest, save_manifest
 from .tasks import TASKS
 from .train import ProbeJob, train_probe
+
+PAUSE_GRACE_SECONDS = 15.0  # a run between steps pauses within one step (milliseconds); compiling takes longer
 
 EXPERIMENT = "probes"
 
@@ -107,12 +111,15 @@ def run_probes(runs: list[ProbeRun], out_dir: Path, device: str = "auto", worker
                         checkpoints.get(run.identity), run.profile, run.label, compile)
                for run in runs if run.identity not in finished]
     counts = {"skipped (already in manifest)": len(runs) - len(pending),
-              "finished": 0, "paused": 0, "failed": 0, "not started": 0}
+              "finished": 0, "paused": 0, "abandoned": 0, "failed": 0, "not started": 0}
     unfinished: list[str] = []
     total = len(pending)
     print(f"{total} probe runs to do on {devices.describe()} with {workers} worker(s), compile {step_mode}"
           f"{f', budget {time_budget:.0f} s' if time_budget else ''}; {counts['skipped (already in manifest)']} "
           f"already in {out_dir}", flush=True)
+
+    def late() -> str:
+        return f", {time.time() - deadline:.1f} s after the deadline"
 
     def record(job: ProbeJob, result: dict) -> None:
         identity = job.identity
@@ -142,16 +149,21 @@ def run_probes(runs: list[ProbeRun], out_dir: Path, device: str = "auto", worker
             kept = sum(len(blob) for key, blob in checkpoints.items() if key != identity)
             if checkpoint_limit is not None and kept + len(result["checkpoint"]) > checkpoint_limit:
                 checkpoints.pop(identity, None)
-                print(f"{job.label}: paused at step {result['step']}; its checkpoint would pass "
+                print(f"{job.label}: paused at step {result['step']}{late()}; its checkpoint would pass "
                       f"{checkpoint_limit} bytes, dropped (the run starts over next time)", flush=True)
             else:
                 checkpoints[identity] = result["checkpoint"]
-                print(f"{job.label}: paused at step {result['step']} (checkpoint kept)", flush=True)
+                print(f"{job.label}: paused at step {result['step']}{late()} (checkpoint kept)", flush=True)
             _save_checkpoints(out_dir, checkpoints)
+        elif result["status"] == ABANDONED:
+            resumes = "resumes from its previous checkpoint" if identity in checkpoints else "starts over"
+            print(f"{job.label}: not paused {PAUSE_GRACE_SECONDS:.0f} s after the deadline (its step still running, "
+                  f"most likely compiling), abandoned; it {resumes} next time", flush=True)
         else:
             print(f"{job.label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
 
     not_started = run_jobs(pending, train_probe, workers, deadline, record,
+                           abandon_after=PAUSE_GRACE_SECONDS,
                            expected_seconds=(lambda job: start_margin) if start_margin else None,
                            cuda_devices=devices.cuda_devices)
     counts["not started"] = len(not_started)
