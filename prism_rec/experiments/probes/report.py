@@ -68,15 +68,19 @@ class Cell:
     def mean(self) -> float:
         return statistics.fmean(self.accuracies)
 
+    @property
+    def solved(self) -> int:
+        """Seeds with accuracy >= SOLVED."""
+        return sum(accuracy >= SOLVED for accuracy in self.accuracies)
+
     def __str__(self) -> str:
         if not self.accuracies:
             return "missing"
         text = f"{self.mean:.3f}"
         if len(self.accuracies) > 1:
             text += f" ± {statistics.stdev(self.accuracies):.3f}"
-        solved = sum(accuracy >= SOLVED for accuracy in self.accuracies)
         missing = self.planned - len(self.accuracies)
-        return f"{text} ({solved}/{len(self.accuracies)}{f'; {missing} missing' if missing else ''})"
+        return f"{text} ({self.solved}/{len(self.accuracies)}{f'; {missing} missing' if missing else ''})"
 
 
 class Found:
@@ -178,10 +182,15 @@ def sweep_section(found: Found) -> list[str]:
             continue
         solved = [length for length in done if cells[length].mean >= SOLVED]
         failed = [length for length in done if cells[length].mean < SOLVED]
-        lines.append(f"- {model}: mean >= {SOLVED} at length{'s' if len(solved) != 1 else ''} "
-                     f"{', '.join(map(str, solved)) or 'none'}; below at {', '.join(map(str, failed)) or 'none'}"
-                     + (f" (first: {failed[0]}, {cells[failed[0]]})" if failed else "") + ".")
+        by_a_seed = [length for length in done if cells[length].solved]
+        longest = (f"the longest length a seed solved: {by_a_seed[-1]} ({cells[by_a_seed[-1]].solved} of "
+                   f"{len(cells[by_a_seed[-1]].accuracies)} seeds)" if by_a_seed else "no seed solved any length")
+        lines.append(f"- {model}: mean >= {SOLVED} at {_lengths(solved)}; below at {_lengths(failed)}; {longest}.")
     return lines
+
+
+def _lengths(lengths: list[int]) -> str:
+    return f"length{'s' if len(lengths) > 1 else ''} {', '.join(map(str, lengths))}" if lengths else "no length"
 
 
 def write_grid_report(out_dir: Path, command: str, unfinished: list[str]) -> Path:
