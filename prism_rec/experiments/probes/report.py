@@ -183,8 +183,12 @@ def sweep_section(found: Found) -> list[str]:
         solved = [length for length in done if cells[length].mean >= SOLVED]
         failed = [length for length in done if cells[length].mean < SOLVED]
         by_a_seed = [length for length in done if cells[length].solved]
-        longest = (f"the longest length a seed solved: {by_a_seed[-1]} ({cells[by_a_seed[-1]].solved} of "
-                   f"{len(cells[by_a_seed[-1]].accuracies)} seeds)" if by_a_seed else "no seed solved any length")
+        if by_a_seed:
+            cell = cells[by_a_seed[-1]]
+            longest = (f"the longest length a seed solved: {by_a_seed[-1]} ({cell.solved} of "
+                       f"{len(cell.accuracies)} seeds)")
+        else:
+            longest = "no seed solved any length"
         lines.append(f"- {model}: mean >= {SOLVED} at {_lengths(solved)}; below at {_lengths(failed)}; {longest}.")
     return lines
 
