@@ -24,6 +24,7 @@ from typing import Any, Callable
 FAILED = "failed"
 ABANDONED = "abandoned"
 POLL_SECONDS = 1.0
+STOP_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -204,12 +205,15 @@ def _ended(busy: list[_Worker]) -> list[tuple[Any, dict]]:
 
 
 def _stop_pool(pool: list[_Worker]) -> None:
-    """Tell idle workers to stop, then join every worker (killing those that do not end)."""
+    """Tell every idle worker to stop, then give them all STOP_SECONDS together to end (a CUDA worker's
+    exit takes seconds, so they end side by side, not one after another) and kill those still alive."""
     for worker in pool:
         if worker.process.is_alive() and worker.job is None:
             with contextlib.suppress(OSError):
                 worker.connection.send(None)
-        worker.process.join(timeout=5)
+    stop_by = time.time() + STOP_SECONDS
+    for worker in pool:
+        worker.process.join(timeout=max(0.0, stop_by - time.time()))
         if worker.process.is_alive():
             worker.process.kill()
             worker.process.join()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -214,6 +216,27 @@ def test_jobs_in_flight_get_abandon_after_seconds_past_the_deadline():
              on_result=lambda job, result: results.update({job - deadline: (result["status"], time.time() - deadline)}))
     assert results[1][0] == "finished" and results[120][0] == ABANDONED
     assert 4 <= results[120][1] < 10
+
+
+def _exit_slowly(log: Path) -> dict:
+    """A job whose worker, at its exit, logs when the exit began and ended, a second apart."""
+    def exit_slowly() -> None:
+        began = time.time()
+        time.sleep(1.0)
+        with log.open("a") as file:
+            file.write(f"{began} {time.time()}\n")
+
+    atexit.register(exit_slowly)
+    return {"status": "finished"}
+
+
+def test_workers_are_stopped_side_by_side(tmp_path):
+    """The pool tells every worker to stop before waiting on any: their slow exits overlap."""
+    log = tmp_path / "exits.txt"
+    run_jobs([log] * 3, _exit_slowly, workers=3, deadline=time.time() + 120, on_result=lambda job, result: None)
+    exits = [tuple(map(float, line.split())) for line in log.read_text().splitlines()]
+    assert len(exits) == 3
+    assert max(began for began, _ in exits) < min(ended for _, ended in exits)
 
 
 def test_time_estimates_follow_the_planned_concurrency_and_the_epochs_of_the_rate():
