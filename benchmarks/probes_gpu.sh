@@ -26,8 +26,9 @@
 # compilation); a gap or a failure stops the call before the grid starts. A warm machine that passed the
 # check for the same sources (prism_rec, kernels, baselines) and mode in an earlier call skips it (a marker
 # under /tmp, which a warm machine keeps between calls).
-# The whole call takes about CALL_SECONDS + 10 s (pausing and the report); a timeout at BUDGET + 30 s guards
-# the grid.
+# The whole call took CALL_SECONDS + 20 to 30 s in sessions 12 and 13 (the grid's start-up, pausing, stopping
+# the workers, the report; before 1d68239 stopped the workers side by side); a timeout at BUDGET + 30 s
+# guards the grid.
 # OUT_DIR receives six files: probes_manifest.jsonl (every line, old and new), probes_checkpoints.pt,
 # probes.md (the v2 report from the manifest), probes_check.txt, probes_log.txt and triton_cache.tgz
 # (gpu_setup.sh). Afterwards, here:
