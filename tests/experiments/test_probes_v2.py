@@ -173,7 +173,8 @@ def test_a_run_not_paused_within_the_grace_is_abandoned_and_keeps_its_earlier_ch
 def synthetic_entry(run, accuracy: float, protocol: int = PROTOCOL) -> dict:
     return {"task": run.task, "task_version": TASKS[run.task].version, "protocol": protocol, "model": run.model,
             "seed": run.seed, "profile": run.profile, "settings": run.settings.as_dict(), "accuracy": accuracy,
-            "machine": "NVIDIA H200 (CUDA 13.0)", "git_commit": "abc1234", "wall_seconds": 100.0 + run.seed}
+            "machine": "NVIDIA H200 (CUDA 13.0)", "git_commit": "abc1234", "torch_version": "2.11.0+cu130",
+            "wall_seconds": 100.0 + run.seed}
 
 
 def synthetic_accuracy(run) -> float:
@@ -201,6 +202,7 @@ def test_the_report_from_a_synthetic_manifest(tmp_path):
     assert "| 1.00 | 0.49 | 1.00 |" in paper  # the paper's figures beside ours
     assert f"{len(entries) - 1} of the {len(runs)} planned runs" in text and "1 earlier" in text
     assert "landed (`prism_rec/models/init.py`" in text and "Median wall time of a run: 101 s (412 runs)" in text
+    assert "Machine: NVIDIA H200 (CUDA 13.0). torch 2.11.0+cu130. Commit: abc1234." in text
     assert ("Training step compile mode (prism_rec/training/compile.py; float rounding apart, the same training): "
             "off (412 runs).") in text
     claims = {line.split(" | ")[0].strip("| "): line.split(" | ")[-1] for line in paper.splitlines()

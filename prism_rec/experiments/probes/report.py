@@ -100,6 +100,8 @@ class Found:
     def provenance(self) -> str:
         machines = sorted({e["machine"] for e in self.entries.values()})
         commits = sorted({e["git_commit"] for e in self.entries.values()})
+        torches = sorted({e["torch_version"] for e in self.entries.values() if "torch_version" in e})
+        versions = f" torch {', '.join(torches)}." if torches else ""
         walls = [e["wall_seconds"] for e in self.entries.values() if "wall_seconds" in e]
         wall = f" Median wall time of a run: {statistics.median(walls):.0f} s ({len(walls)} runs)." if walls else ""
         modes = collections.Counter(e.get("compile", "off") for e in self.entries.values())
@@ -107,7 +109,8 @@ class Found:
                     "the same training): "
                     + ", ".join(f"{mode} ({count} runs)" for mode,
                                 count in sorted(modes.items())) + ".") if modes else ""
-        return (f"Machine: {'; '.join(machines) or 'none (no finished run)'}. Commit: {', '.join(commits) or 'none'}."
+        return (f"Machine: {'; '.join(machines) or 'none (no finished run)'}."
+                f"{versions} Commit: {', '.join(commits) or 'none'}."
                 f"{wall}{compiled} Written {datetime.date.today().isoformat()}.")
 
 
