@@ -5,6 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 TRITON_SPEC ?= triton==3.7.1
+# recbole goes in without its dependency list (pyproject.toml says why); prism_rec/data/sources.py names this pin.
+RECBOLE_SPEC ?= recbole==1.2.1
+# The other Pythons whose resolution `make check-deps` (and CI) checks without installing anything.
+CHECK_PYTHONS ?= 3.12 3.13
 
 DATASET ?= ml-100k
 MODELS ?= sasrec,gated_deltanet,prism
@@ -40,16 +44,22 @@ BENCH_ARGS = --dataset $(DATASET) --models $(MODELS) --seeds $(SEEDS) --epochs $
 	$(if $(filter 1,$(RESUME)),--resume) $(ARGS)
 BENCH_LAUNCHER = $(if $(NPROC),$(BIN)/torchrun $(TORCHRUN_ARGS) --nproc-per-node=$(NPROC) -m prism_rec.cli,$(BIN)/prism-rec)
 
-.PHONY: install bench lint test test-ui tables import-runs ui data list probe throughput
+.PHONY: install check-deps bench lint test test-ui tables import-runs ui data list probe throughput
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip "setuptools<81" wheel
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)" "$(TRITON_SPEC)"
-	$(BIN)/python -m pip install --quiet --no-build-isolation -e ".[test]"
+	$(BIN)/python -m pip install --quiet --no-build-isolation -e ".[test,recbole]"
+	$(BIN)/python -m pip install --quiet --no-deps "$(RECBOLE_SPEC)"
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Resolves the dependency set for $(CHECK_PYTHONS) with pip --dry-run (wheel metadata only, no torch download).
+check-deps:
+	$(PYTHON) .ci/resolve.py $(foreach v,$(CHECK_PYTHONS),--python $(v)) --spec "$(TORCH_SPEC)" \
+		--spec "$(TRITON_SPEC)" --no-deps-spec "$(RECBOLE_SPEC)"
 
 bench: install
 	$(BENCH_LAUNCHER) bench $(BENCH_ARGS)

@@ -14,6 +14,9 @@ from .core import DataError, MissingDataError, ProcessedDataset, fingerprint, pr
 from .parsing import ReadContext
 from .source import DEFAULT_PROCESSED_ROOT, DatasetSource
 
+RECBOLE_REQUIREMENT = "recbole==1.2.1"  # installed --no-deps (pyproject.toml says why): the Makefile's RECBOLE_SPEC
+
+
 @register_dataset("ml-100k")
 class MovieLens100K(DatasetSource):
     """MovieLens-100k as shipped inside the recbole wheel (RecBole atomic .inter file; real data).
@@ -31,12 +34,17 @@ class MovieLens100K(DatasetSource):
     max_len = 50
 
     def default_raw_dir(self) -> Path:
-        return Path(str(importlib.resources.files("recbole") / "dataset_example" / "ml-100k"))
+        try:
+            package = importlib.resources.files("recbole")
+        except ModuleNotFoundError:
+            raise MissingDataError(f"ml-100k is read from the copy inside the recbole wheel, which is not installed: "
+                                   f"run `pip install --no-deps {RECBOLE_REQUIREMENT}` (`make install` does)") from None
+        return Path(str(package / "dataset_example" / "ml-100k"))
 
     def source_files(self, raw_dir: Path) -> list[Path]:
         path = Path(raw_dir) / "ml-100k.inter"
         if not path.is_file():
-            raise MissingDataError(f"ml-100k: expected {path} (it ships inside the recbole 1.2.1 wheel)")
+            raise MissingDataError(f"ml-100k: expected {path} (it ships inside the {RECBOLE_REQUIREMENT} wheel)")
         return [path]
 
     def read_interactions(self, files: list[Path], context: ReadContext) -> pd.DataFrame:
