@@ -1,7 +1,11 @@
 """Fair tuning of the headline grid: one learning-rate grid, one choice rule, the same for every backbone.
 
-For each (dataset, base backbone) seed 0 trains once at every rate of ``LR_GRID``; the chosen rate is the
-one with the highest best validation AUC (ties: the smaller rate); seeds 1.. then train at that rate. The
+For each (dataset, base backbone) seed 0 trains once at every rate of the start grid; the chosen rate is the
+one with the highest best validation AUC (ties: the smaller rate); seeds 1.. then train at that rate. A grid
+with a ladder (``TuningGrid``) extends itself per cell: while the best rate tried sits at the top (bottom) of
+the rates tried and the ladder goes further, seed 0 also trains at the ladder's next rate up (down), so the
+choice ends inside the grid or at the ladder's end (flagged by ``TuningGrid.at_edge``). Plain tuples of rates
+(headline v2) never extend. The
 ablation presets of PRISM (``prism-*``) take PRISM's choice instead of their own, so an ablation differs
 from PRISM in the ablated part only. ``pop`` trains nothing and has no rate. The choice reads only
 validation metrics of manifest entries, so it is reproducible from the manifest.
@@ -9,9 +13,13 @@ validation metrics of manifest entries, so it is reproducible from the manifest.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..registry import backbone_entry
 
-LR_GRID = (3e-4, 1e-3, 3e-3)
+LR_GRID = (3e-4, 1e-3, 3e-3)  # headline v2's fixed grid
+V3_START = (3e-4, 1e-3, 3e-3, 1e-2)
+RATE_LADDER = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)  # a factor of about 3 a step: the extension's reach
 TUNING_SEED = 0
 UNTRAINED = ("pop",)
 PRESET_BASES = {"prism": "prism-"}  # base backbone: name prefix of its presets (same factory, other defaults)
@@ -38,6 +46,56 @@ def parse_grid(text: str) -> tuple[float, ...]:
         except ValueError:
             raise ValueError(f"option --lr-grid: {part.strip()!r} is not a number") from None
     return check_grid(rates)
+
+
+@dataclass(frozen=True)
+class TuningGrid:
+    """A start grid of rates and the ladder it may extend along (empty: it never extends)."""
+
+    start: tuple[float, ...]
+    ladder: tuple[float, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "start", check_grid(list(self.start)))
+        if self.ladder:
+            object.__setattr__(self, "ladder", check_grid(list(self.ladder)))
+            off = [r for r in self.start if r not in self.ladder]
+            if off:
+                raise ValueError(f"option --lr-grid: {', '.join(f'{r:g}' for r in off)} not on the rate ladder "
+                                 f"{', '.join(f'{r:g}' for r in self.ladder)}")
+
+    def rates(self, by_rate: dict[float, float]) -> tuple[float, ...]:
+        """The cell's grid so far: the start grid and the ladder rates tried."""
+        return tuple(sorted(set(self.start) | {r for r in by_rate if r in self.ladder}))
+
+    def next_rate(self, by_rate: dict[float, float]) -> float | None:
+        """The next rate seed 0 must train at, or None once the cell's grid is complete."""
+        missing = [rate for rate in self.rates(by_rate) if rate not in by_rate]
+        if missing or not self.ladder:
+            return missing[0] if missing else None
+        rates = self.rates(by_rate)
+        best = choose_rate(by_rate, rates)
+        if best == rates[-1] and best < self.ladder[-1]:
+            return self.ladder[self.ladder.index(best) + 1]
+        if best == rates[0] and best > self.ladder[0]:
+            return self.ladder[self.ladder.index(best) - 1]
+        return None
+
+    def choice(self, by_rate: dict[float, float]) -> float | None:
+        """The chosen rate once the cell's grid is complete, else None."""
+        return None if self.next_rate(by_rate) is not None else choose_rate(by_rate, self.rates(by_rate))
+
+    def at_edge(self, by_rate: dict[float, float]) -> bool:
+        """Whether the completed cell's choice is still the lowest or highest rate of its grid."""
+        chosen, rates = self.choice(by_rate), self.rates(by_rate)
+        return chosen is not None and len(rates) > 1 and chosen in (rates[0], rates[-1])
+
+
+HEADLINE_V3_GRID = TuningGrid(V3_START, RATE_LADDER)
+
+
+def as_grid(grid: TuningGrid | tuple[float, ...]) -> TuningGrid:
+    return grid if isinstance(grid, TuningGrid) else TuningGrid(tuple(grid))
 
 
 def tuning_base(model: str) -> str:
@@ -77,21 +135,39 @@ def _valid_auc_by_rate(entries: list[dict]) -> dict[tuple[str, str], dict[float,
     return seen
 
 
-def chosen_rates(entries: list[dict], grid: tuple[float, ...] = LR_GRID) -> dict[tuple[str, str], float]:
+def chosen_rates(entries: list[dict], grid: TuningGrid | tuple[float, ...] = LR_GRID
+                 ) -> dict[tuple[str, str], float]:
     """{(dataset, base backbone): chosen rate} for every base whose seed-0 grid is complete in ``entries``
     (manifest lines, see ``_valid_auc_by_rate``)."""
-    choices = {key: choose_rate(by_rate, grid) for key, by_rate in _valid_auc_by_rate(entries).items()}
+    grid = as_grid(grid)
+    choices = {key: grid.choice(by_rate) for key, by_rate in _valid_auc_by_rate(entries).items()}
     return {key: rate for key, rate in choices.items() if rate is not None}
 
 
-def leading_rates(entries: list[dict], grid: tuple[float, ...] = LR_GRID) -> dict[tuple[str, str], float]:
+def next_rates(entries: list[dict], grid: TuningGrid | tuple[float, ...] = LR_GRID) -> dict[tuple[str, str], float]:
+    """{(dataset, base backbone): the next rate its seed 0 needs} for every base with a seed-0 run whose grid
+    is not complete (for an extending grid, the extension a driver queues once the rates before it are in)."""
+    grid = as_grid(grid)
+    wanted = {key: grid.next_rate(by_rate) for key, by_rate in _valid_auc_by_rate(entries).items()}
+    return {key: rate for key, rate in wanted.items() if rate is not None}
+
+
+def edge_cells(entries: list[dict], grid: TuningGrid | tuple[float, ...] = LR_GRID) -> set[tuple[str, str]]:
+    """The (dataset, base backbone) cells whose completed choice is still at an edge of their grid."""
+    grid = as_grid(grid)
+    return {key for key, by_rate in _valid_auc_by_rate(entries).items() if grid.at_edge(by_rate)}
+
+
+def leading_rates(entries: list[dict], grid: TuningGrid | tuple[float, ...] = LR_GRID
+                  ) -> dict[tuple[str, str], float]:
     """{(dataset, base backbone): the rate the choice rule would pick among the rates tried so far} for
     every base whose seed-0 grid has started but is not complete: the best guess at its choice, on which
     a driver may start the other seeds before the grid ends (they count only if the guess holds)."""
+    grid = as_grid(grid)
     leading = {}
     for key, by_rate in _valid_auc_by_rate(entries).items():
-        tried = tuple(rate for rate in grid if rate in by_rate)
-        if 0 < len(tried) < len(grid):
+        tried = tuple(rate for rate in grid.rates(by_rate) if rate in by_rate)
+        if tried and grid.next_rate(by_rate) is not None:
             leading[key] = choose_rate(by_rate, tried)
     return leading
 
@@ -101,7 +177,7 @@ def rate_for(dataset: str, model: str, choices: dict[tuple[str, str], float]) ->
     return choices.get((dataset, tuning_base(model)))
 
 
-def selected_entries(entries: list[dict], grid: tuple[float, ...] = LR_GRID) -> list[dict]:
+def selected_entries(entries: list[dict], grid: TuningGrid | tuple[float, ...] = LR_GRID) -> list[dict]:
     """The entries that make the tables: every seed at its cell's chosen rate (and ``pop``), the newest
     line per (dataset, model, seed)."""
     choices = chosen_rates(entries, grid)
