@@ -1,8 +1,9 @@
 """Initialisation policies: every backbone starts from the initialisation of its reference implementation.
 
 Why: with PyTorch's default initialisation (and the item table from N(0, d^-0.5)) delta-rule and SSM
-backbones sat on the item-popularity plateau for 10-20 epochs on electronics; initialised as fla does
-(N(0, 0.02) everywhere) Gated DeltaNet left it by epoch 4 (issue 17, ../shared/PAPER.md section 8).
+backbones sat on the item-popularity plateau for many epochs; initialised as fla does (N(0, 0.02)
+everywhere) Gated DeltaNet leaves it within a few (results/electronics_patience.md, ../shared/PAPER.md
+section 8).
 
 How to use it (a new backbone needs two lines):
 
