@@ -61,9 +61,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prism_rec.baselines.gated_deltanet import GatedDeltaNetLayer
-from prism_rec.baselines.sasrec import causal_padding_mask
-from prism_rec.baselines.transformer_pp import apply_rotary, rotary_angles
+from prism_rec.models.attention import apply_rotary, causal_padding_mask, rotary_angles
+from prism_rec.models.gated_deltanet import GatedDeltaNetLayer
 from prism_rec.models.nn import positions_from_first_item
 from prism_rec.registry import register_backbone
 

@@ -58,8 +58,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prism_rec.baselines.authors_prism import BlockStack, channel_decay_attention, mlp
 from prism_rec.kernels.compiled_scan import delta_scan
+from prism_rec.models.attention import channel_decay_attention
+from prism_rec.models.nn import BlockStack, silu_mlp
 from prism_rec.registry import register_backbone
 
 
@@ -90,7 +91,7 @@ class AuthorsMamba2Block(nn.Module):
         self.gate_in = nn.Linear(d, d)
         self.gate_proj = nn.Linear(d, d)
         self.output_norm = nn.LayerNorm(d)
-        self.output_mlp = mlp(d, 5 * d, d)
+        self.output_mlp = silu_mlp(d, 5 * d, d)
         self.dropout = nn.Dropout(dropout)
 
     def heads(self, x: torch.Tensor) -> torch.Tensor:

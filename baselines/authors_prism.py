@@ -94,58 +94,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prism_rec.baselines.transformer_pp import apply_rotary, rotary_angles
-from prism_rec.models.nn import ShortConv, positions_from_first_item
+from prism_rec.models.attention import apply_rotary, channel_decay_attention, rotary_angles
+from prism_rec.models.nn import BlockStack, ShortConv, positions_from_first_item, silu_mlp
 from prism_rec.registry import register_backbone
 
 INJECTIONS = ("dropped", "state")
-
-
-def channel_decay_attention(q, k, v, log_decay, extra_k=None, extra_v=None, chunk_size: int = 16):
-    """Causal linear attention with a per-channel decay (the recurrence of GLA, and of the authors' SSMs).
-
-    With state S [K, V] per head:  S_t = diag(exp(log_decay_t)) S_{t-1} + k_t v_t^T + sum_l ek_{t,l} ev_{t,l}^T,
-    o_t = S_t^T q_t.  q, k, log_decay (<= 0): [B, T, H, K]; v: [B, T, H, V]; extra_k [B, T, H, L, K] and
-    extra_v [B, T, H, L, V] or None. Returns o [B, T, H, V] in v's dtype. Exact (no epsilon): chunks of
-    ``chunk_size`` with within-chunk cumulative log-decays, so every exponent is <= 0.
-    """
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    k = k.unsqueeze(3) if extra_k is None else torch.cat([k.unsqueeze(3), extra_k], dim=3)  # [B, T, H, R, K]
-    vv = v.unsqueeze(3) if extra_v is None else torch.cat([v.unsqueeze(3), extra_v], dim=3)  # [B, T, H, R, V]
-    C = chunk_size
-    pad = (-T) % C
-    n = (T + pad) // C
-
-    def chunks(x):  # [B, T, H, ...] -> [B, H, n, C, ...] in fp32, zero-padded at the end
-        x = x.float()
-        if pad:
-            x = torch.cat([x, x.new_zeros(B, pad, *x.shape[2:])], dim=1)
-        x = x.view(B, n, C, *x.shape[2:])
-        return x.permute(0, 3, 1, 2, *range(4, x.dim()))
-
-    q, k, vv, b = chunks(q), chunks(k), chunks(vv), chunks(log_decay).cumsum(dim=3)  # b: inclusive cumulative log-decay
-    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-    # [B, H, n, C(t), C(s), K]
-    exponent = (b.unsqueeze(4) - b.unsqueeze(3)).masked_fill(~causal[:, :, None], float("-inf"))
-    scores = torch.einsum("bhntk,bhnsrk,bhntsk->bhntsr", q, k, exponent.exp())
-    out = torch.einsum("bhntsr,bhnsrv->bhntv", scores, vv)
-    q_from_start = q * b.exp()  # decay from the chunk's start to t
-    k_to_end = k * (b[:, :, :, -1:] - b).exp().unsqueeze(4)  # decay from s to the chunk's end
-    chunk_decay = b[:, :, :, -1].exp()  # [B, H, n, K]
-    state = q.new_zeros(B, H, K, V)
-    carried = []
-    for j in range(n):
-        carried.append(q_from_start[:, :, j] @ state)
-        state = (chunk_decay[:, :, j].unsqueeze(-1) * state
-                 + torch.einsum("bhcrk,bhcrv->bhkv", k_to_end[:, :, j], vv[:, :, j]))
-    out = out + torch.stack(carried, dim=2)
-    return out.permute(0, 2, 3, 1, 4).reshape(B, n * C, H, V)[:, :T].to(v.dtype)
-
-
-def mlp(d_in: int, hidden: int, d_out: int) -> nn.Sequential:
-    """Linear - SiLU - Linear (with biases), the authors' small MLP."""
-    return nn.Sequential(nn.Linear(d_in, hidden), nn.SiLU(), nn.Linear(hidden, d_out))
 
 
 class AuthorsPrismBlock(nn.Module):
@@ -171,20 +124,20 @@ class AuthorsPrismBlock(nn.Module):
         self.chunk_size = chunk_size
         self.input_norm = nn.LayerNorm(d)
         self.uvqk = nn.Linear(d, 4 * d)
-        self.output_mlp = mlp(d, 4 * d, d)
+        self.output_mlp = silu_mlp(d, 4 * d, d)
         self.forget_gate = nn.Sequential(nn.Linear(d, gate_rank), nn.Linear(gate_rank, d))
         self.gate_to_scale = nn.Linear(D, d)
         self.gate_to_heads = nn.Linear(D, H)
-        self.gate_to_inject = mlp(D, D, 1)
+        self.gate_to_inject = silu_mlp(D, D, 1)
         self.output_norm = nn.LayerNorm(d)
         self.output_gate = nn.Linear(d, d)
         self.anchor_conv = ShortConv(d, conv_kernel, activation=False, bias=True)
         self.anchor_norm = nn.LayerNorm(d)
-        self.gain_mlp = mlp(d, 2 * d, d)
+        self.gain_mlp = silu_mlp(d, 2 * d, d)
         self.residual_proj = nn.Linear(d, d)
         self.residual_norm = nn.LayerNorm(d)
         self.step_gate = nn.ModuleList(nn.Linear(d, H) for _ in range(L))
-        self.step_delta = nn.ModuleList(mlp(d, d, d) for _ in range(L))
+        self.step_delta = nn.ModuleList(silu_mlp(d, d, d) for _ in range(L))
         self.solver_out = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, d))
         self.solver_out_logit = nn.Parameter(torch.tensor(float(solver_out_init)))
         if injection == "state":
@@ -243,18 +196,6 @@ class AuthorsPrismBlock(nn.Module):
         y = self.output_mlp(self.dropout(u * self.output_norm(attended)))
         solver = self.solver_out(update) * torch.sigmoid(self.solver_out_logit) * (1 + inject)
         return (x + self.dropout(y) + self.dropout(solver)) * keep
-
-
-class BlockStack(nn.Module):
-    """Plain stack of residual blocks called as block(x, mask); the input is zeroed at padded positions."""
-
-    blocks: nn.ModuleList
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        x = x * mask.unsqueeze(-1).to(x.dtype)
-        for block in self.blocks:
-            x = block(x, mask)
-        return x
 
 
 @register_backbone("prism-authors",

@@ -43,8 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prism_rec.baselines.sasrec import causal_padding_mask
-from prism_rec.baselines.transformer_pp import rotary_angles
+from prism_rec.models.attention import causal_padding_mask, rotary_angles
 from prism_rec.models.init import apply_init
 from prism_rec.models.nn import ShortConv, positions_from_first_item
 

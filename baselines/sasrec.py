@@ -16,20 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from prism_rec.models.attention import causal_padding_mask
 from prism_rec.models.init import apply_init
 from prism_rec.registry import register_backbone
-
-
-def causal_padding_mask(mask: torch.Tensor) -> torch.Tensor:
-    """Boolean attention mask [B, 1, T, T]: query t may attend key s <= t when s is a real item.
-
-    A padded query attends only to itself, so its softmax is defined; its output is zeroed afterwards.
-    """
-    T = mask.shape[1]
-    causal = torch.ones(T, T, dtype=torch.bool, device=mask.device).tril()
-    allowed = causal & mask[:, None, :]  # [B, T, T]
-    allowed = allowed | torch.eye(T, dtype=torch.bool, device=mask.device)
-    return allowed.unsqueeze(1)
 
 
 class SASRecBlock(nn.Module):

@@ -25,8 +25,8 @@ MAL: each of the ``n_layers`` layers is a memory block followed by a sliding-win
 key/value pairs that every query sees, the paper's persistent memory), each a pre-norm residual block
 with a SwiGLU MLP. The MAC and MAG variants are not implemented.
 
-As in ``baselines/ttt.py``, chunks start at each sequence's first real item (``align_to_chunks``), so
-outputs do not depend on the amount of left padding.
+As in ``baselines/ttt.py``, chunks start at each sequence's first real item (``align_to_chunks``,
+``prism_rec.models.inner_loop``), so outputs do not depend on the amount of left padding.
 
 Initialisation (``init_policy = "titans"``, ``prism_rec.models.init``), as lucidrains/titans-pytorch (the public code;
 the authors published none): titans_pytorch/neural_memory.py, memory_models.py and mac_transformer.py set
@@ -42,8 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prism_rec.baselines.ttt import align_to_chunks, gelu_tanh_grad, restore_alignment
 from prism_rec.models.init import apply_init
+from prism_rec.models.inner_loop import align_to_chunks, gelu_tanh_grad, restore_alignment
 from prism_rec.models.nn import GatedRMSNorm, PreNormStack, ShortConv, l2norm
 from prism_rec.registry import register_backbone
 

@@ -19,25 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prism_rec.baselines.sasrec import causal_padding_mask
+from prism_rec.models.attention import apply_rotary, causal_padding_mask, rotary_angles
 from prism_rec.models.init import apply_init
 from prism_rec.models.nn import PreNormStack, positions_from_first_item
 from prism_rec.registry import register_backbone
-
-
-def rotary_angles(positions: torch.Tensor, head_dim: int, base: float = 10000.0) -> torch.Tensor:
-    """Angles m * theta_i for positions m [B, T] and pairs i < head_dim / 2 -> [B, T, head_dim / 2]."""
-    theta = base ** (-torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
-    return positions.float()[..., None] * theta
-
-
-def apply_rotary(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
-    """Rotate each pair (x_2i, x_2i+1) of x [B, T, H, D] by angles [B, T, D / 2] (same for every head)."""
-    pairs = x.float().unflatten(-1, (-1, 2))  # [B, T, H, D / 2, 2]
-    even, odd = pairs[..., 0], pairs[..., 1]
-    cos, sin = angles.cos().unsqueeze(2), angles.sin().unsqueeze(2)  # [B, T, 1, D / 2]
-    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
-    return rotated.flatten(-2).to(x.dtype)
 
 
 class RotaryAttention(nn.Module):

@@ -90,7 +90,8 @@ def main() -> None:
 
 
 def write_results(result: dict, command: str) -> None:
-    from prism_rec.data.stats import RESULTS_FILE, replace_section
+    from prism_rec.data.stats import RESULTS_FILE, TITLE
+    from prism_rec.markdown import replace_section
 
     cpu = platform.processor()
     if Path("/proc/cpuinfo").exists():
@@ -108,7 +109,7 @@ def write_results(result: dict, command: str) -> None:
         f"**{result['peak_gib']:.2f} GiB** (targets: < 120 s, < 4 GB)",
         f"- kept: {result['users']:,} users, {result['items']:,} items, {result['interactions']:,} interactions",
     ])
-    replace_section(RESULTS_FILE, "bench", body)
+    replace_section(RESULTS_FILE, "bench", body, TITLE)
 
 
 if __name__ == "__main__":

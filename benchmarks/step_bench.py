@@ -52,7 +52,7 @@ from prism_rec.data.batching import training_windows
 from prism_rec.data.core import MissingDataError
 from prism_rec.data.sources import load_dataset
 from prism_rec.files import write_atomically
-from prism_rec.tracking.markdown import pipe_table
+from prism_rec.markdown import pipe_table
 from prism_rec.training.losses import full_softmax_loss_sum, resolve_path
 from prism_rec.registry import backbone_entry, get_dataset, list_backbones
 from prism_rec.tracking.store import machine_description, triton_version

@@ -26,7 +26,7 @@ from prism_rec.data.batching import training_windows
 from prism_rec.data.sources import load_dataset
 from prism_rec.files import write_atomically
 from prism_rec.experiments.headline.protocol import training_config
-from prism_rec.tracking.markdown import pipe_table
+from prism_rec.markdown import pipe_table
 from prism_rec.tracking.store import machine_description
 from prism_rec.training.trainer import NextItemObjective, build_model, set_seed
 from prism_rec.training.devices import resolve_device

@@ -6,4 +6,4 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = PROJECT_ROOT / "results"  # the published tables (headline/report.py)
-TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"  # the prose of the reports (tracking/markdown.fill)
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"  # the prose of the reports (markdown.fill)

@@ -2,9 +2,10 @@
 
 A backbone is an ``nn.Module`` built as ``cls(d_model=..., **options)`` whose forward takes hidden
 states [B, T, d] and a padding mask [B, T] (True = real item; sequences are left-padded) and returns
-[B, T, d], causally. Registering one is a decorator on a class or factory in a file of
-``baselines/``; every module there is imported when the registry is first read, so a new file is all it
-takes.
+[B, T, d], causally. Registering one is a decorator on a class or factory in a file of ``baselines/``.
+A dataset is a ``prism_rec.data.sources.DatasetSource`` subclass registered in a file of ``prism_rec/data/``.
+Every module of the packages in ``DISCOVERED_PACKAGES`` is imported when the registry is first read, so a
+new file is all it takes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+DISCOVERED_PACKAGES = ("prism_rec.baselines", "prism_rec.models", "prism_rec.data")
 _BACKBONES: dict[str, "BackboneEntry"] = {}
 _DATASETS: dict[str, Any] = {}
 _discovered = False
@@ -44,7 +46,7 @@ def register_backbone(name: str, description: str = "", **defaults: Any):
 
 
 def register_dataset(name: str):
-    """Register a dataset source class (see ``prism_rec.data.source.DatasetSource``) under ``name``."""
+    """Register a dataset source class (see ``prism_rec.data.sources.DatasetSource``) under ``name``."""
 
     def decorator(cls):
         if name in _DATASETS and _DATASETS[name] is not cls:
@@ -56,22 +58,16 @@ def register_dataset(name: str):
 
 
 def _discover() -> None:
-    """Import every module that registers backbones or datasets (once)."""
+    """Import every module of ``DISCOVERED_PACKAGES`` (once), so that their registrations run."""
     global _discovered
     if _discovered:
         return
     _discovered = True
-    import prism_rec.baselines as baselines
-
-    for module in pkgutil.iter_modules(baselines.__path__):
-        if not module.name.startswith("_"):
-            importlib.import_module(f"prism_rec.baselines.{module.name}")
-    for name in ("prism_rec.models.prism", "prism_rec.data.sources"):
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as error:
-            if error.name != name:
-                raise
+    for package_name in DISCOVERED_PACKAGES:
+        package = importlib.import_module(package_name)
+        for module in pkgutil.iter_modules(package.__path__):
+            if not module.name.startswith("_"):
+                importlib.import_module(f"{package_name}.{module.name}")
 
 
 def list_backbones() -> list[str]:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from prism_rec.data.core import MissingDataError
-from prism_rec.data.sources import RECBOLE_REQUIREMENT, load_dataset
+from prism_rec.data.movielens import RECBOLE_REQUIREMENT
+from prism_rec.data.sources import load_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 

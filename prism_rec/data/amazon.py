@@ -13,7 +13,7 @@ from ..registry import register_dataset
 from .core import MissingDataError
 from .formats import resolve_format
 from .parsing import ReadContext, decode, iter_lines, path_opener, read_records
-from .source import DatasetSource
+from .sources import DatasetSource
 
 AMAZON_2014_URL = "https://snap.stanford.edu/data/amazon/productGraph/categoryFiles/"
 _META_ID = re.compile(rb"""["'](?:parent_asin|asin)["']\s*:\s*["']([^"']*)["']""")

@@ -17,7 +17,7 @@ from .download import download
 from .export import export_recbole
 from .formats import FORMATS
 from ..paths import PROJECT_ROOT
-from .source import DEFAULT_PROCESSED_ROOT
+from .sources import DEFAULT_PROCESSED_ROOT
 from .sources import load_dataset
 from .stats import RESULTS_FILE, write_stats
 

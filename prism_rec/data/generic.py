@@ -10,7 +10,7 @@ import pandas as pd
 from ..registry import register_dataset
 from .core import DataError, MissingDataError
 from .parsing import ReadContext, decode, finite_number, iter_lines, merge_windows, path_opener
-from .source import DatasetSource
+from .sources import DatasetSource
 
 
 def read_sequence_text(files: list[Path], context: ReadContext) -> pd.DataFrame:

@@ -19,7 +19,7 @@ from .core import DataError, MissingDataError
 from .generic import read_recbole_inter, read_sequence_text
 from .parsing import ReadContext, decode, finite_number, iter_lines, path_opener
 from ..paths import PROJECT_ROOT
-from .source import DatasetSource
+from .sources import DatasetSource
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
 SHARED_DATA_ENV = "PRISM_REC_SHARED_DATA"

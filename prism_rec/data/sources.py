@@ -1,56 +1,80 @@
-"""Dataset sources: where raw files live, how to read them, and the cached processing around them."""
+"""Dataset sources: the base class every registered dataset extends, where their raw and processed files
+live, and ``load_dataset``, the cached processing around them.
+
+A source is a ``DatasetSource`` subclass registered with ``prism_rec.registry.register_dataset`` in any
+module of ``prism_rec/data/``: the registry imports every module of the package, so a new file is all it
+takes.
+"""
 
 from __future__ import annotations
 
-import importlib.resources
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..registry import get_dataset, register_dataset
-from . import amazon, generic, shared, yelp  # noqa: F401  (register their datasets)
-from .core import DataError, MissingDataError, ProcessedDataset, fingerprint, prepare
+from ..paths import PROJECT_ROOT
+from ..registry import get_dataset
+from .core import DataError, ProcessedDataset, fingerprint, prepare
 from .parsing import ReadContext
-from .source import DEFAULT_PROCESSED_ROOT, DatasetSource
 
-RECBOLE_REQUIREMENT = "recbole==1.2.1"  # installed --no-deps (pyproject.toml says why): the Makefile's RECBOLE_SPEC
+DEFAULT_RAW_ROOT = PROJECT_ROOT / "datasets" / "raw"
+DEFAULT_PROCESSED_ROOT = PROJECT_ROOT / "datasets" / "processed"
 
 
-@register_dataset("ml-100k")
-class MovieLens100K(DatasetSource):
-    """MovieLens-100k as shipped inside the recbole wheel (RecBole atomic .inter file; real data).
+class DatasetSource:
+    """A registered dataset: its raw files, its reader and its default filtering thresholds.
 
-    Thresholds: users >= 5 and items >= 5 (every ml-100k user has at least 20 ratings, so the paper's
-    users >= 40 would drop half of them on this small default set). Training windows of 50 items keep the
-    default `make bench` short on a laptop CPU; every training interaction is still used (see
-    ``training_windows``).
+    Subclasses set ``name``, ``description`` and implement ``source_files`` (the raw files in
+    ``raw_dir``, raising ``MissingDataError`` that says what to place where) and either ``read`` (an
+    interactions frame with columns user, item, timestamp[, rating] in file order) or
+    ``read_interactions`` (the same, reporting bad lines and progress through a ``ReadContext``).
+    ``item_categories`` may map original item ids to a category from optional metadata files.
+    ``downloads`` lists (file name, URL, required) fetched by ``prism-rec data download``;
+    ``download_help`` says how to get the files by hand. ``formats`` names the raw formats the source
+    accepts as ``raw_format`` (None: detect from the file).
     """
 
-    name = "ml-100k"
-    description = "MovieLens-100k bundled with recbole (embedded default, no download)"
-    min_user_interactions = 5
+    name = ""
+    description = ""
+    min_user_interactions = 40
     min_item_interactions = 5
-    max_len = 50
+    max_len = 200
+    downloads: tuple[tuple[str, str, bool], ...] = ()
+    download_help = ""
+    formats: tuple[str, ...] = ()
+
+    def __init__(self, progress: bool = False, raw_format: str | None = None):
+        if raw_format is not None and raw_format not in self.formats:
+            accepted = f"one of {', '.join(self.formats)}" if self.formats else "no --format (it has one format)"
+            raise DataError(f"option --format: unknown format {raw_format!r} for dataset {self.name!r}; "
+                            f"expected {accepted}")
+        self.progress = progress
+        self.raw_format = raw_format
+        self.context = ReadContext()
 
     def default_raw_dir(self) -> Path:
-        try:
-            package = importlib.resources.files("recbole")
-        except ModuleNotFoundError:
-            raise MissingDataError(f"ml-100k is read from the copy inside the recbole wheel, which is not installed: "
-                                   f"run `pip install --no-deps {RECBOLE_REQUIREMENT}` (`make install` does)") from None
-        return Path(str(package / "dataset_example" / "ml-100k"))
+        return DEFAULT_RAW_ROOT / self.name
 
     def source_files(self, raw_dir: Path) -> list[Path]:
-        path = Path(raw_dir) / "ml-100k.inter"
-        if not path.is_file():
-            raise MissingDataError(f"ml-100k: expected {path} (it ships inside the {RECBOLE_REQUIREMENT} wheel)")
-        return [path]
+        raise NotImplementedError
+
+    def read(self, files: list[Path], skip_bad_lines: bool = False) -> pd.DataFrame:
+        self.context = ReadContext(skip_bad_lines, progress=self.progress)
+        try:
+            return self.read_interactions(files, self.context)
+        finally:
+            self.context.close()
 
     def read_interactions(self, files: list[Path], context: ReadContext) -> pd.DataFrame:
-        from .generic import read_recbole_inter
+        raise NotImplementedError
 
-        return read_recbole_inter(files, context)
+    def unpack(self, raw_dir: Path) -> list[Path]:
+        """Extract downloaded archives into the files ``read`` uses; returns the files written."""
+        return []
+
+    def item_categories(self, files: list[Path], items: set[str], context: ReadContext) -> dict[str, str] | None:
+        return None
 
 
 def load_dataset(

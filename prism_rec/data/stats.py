@@ -6,16 +6,13 @@ each writer replaces only its own section (``stats`` here, ``bench`` from benchm
 
 from __future__ import annotations
 
-import os
-import re
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..markdown import fill, pipe_table, replace_section
+from ..paths import RESULTS_DIR, TEMPLATES_DIR
 from ..registry import get_dataset, list_datasets
 from .core import DataError, MissingDataError
-from ..paths import RESULTS_DIR, TEMPLATES_DIR
-from ..tracking.markdown import fill, pipe_table
 from .sources import load_dataset
 
 RESULTS_FILE = RESULTS_DIR / "datasets.md"
@@ -30,24 +27,6 @@ PAPER_TABLE_7 = {
 }
 PAPER_DOMAIN = {"yelp-iclrec": "yelp", "electronics-gerec": "electronics", "books-dealrec": "books",
                 "movies-fedcsr": "movies"}
-
-
-def replace_section(path: Path, name: str, body: str) -> None:
-    """Replace (or append) section ``name`` of the markdown file ``path``, atomically."""
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    block = f"{start}\n{body.rstrip()}\n{end}\n"
-    text = path.read_text(encoding="utf-8") if path.is_file() else TITLE
-    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end) + r"\n?", re.S)
-    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + block
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def collect(names: list[str] | None = None, raw_dirs: dict[str, Path] | None = None,
@@ -99,5 +78,5 @@ def render(rows: list[dict], notes: list[str]) -> str:
 
 def write_stats(path: Path = RESULTS_FILE, **kwargs) -> list[dict]:
     rows, notes = collect(**kwargs)
-    replace_section(Path(path), "stats", render(rows, notes))
+    replace_section(Path(path), "stats", render(rows, notes), TITLE)
     return rows

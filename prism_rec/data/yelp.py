@@ -18,7 +18,7 @@ from ..registry import register_dataset
 from .core import DataError, MissingDataError
 from .formats import FORMATS
 from .parsing import ReadContext, iter_lines, path_opener, read_records
-from .source import DatasetSource
+from .sources import DatasetSource
 
 REVIEW_FILE = "yelp_academic_dataset_review.json"
 BUSINESS_FILE = "yelp_academic_dataset_business.json"

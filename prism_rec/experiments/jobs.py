@@ -29,7 +29,7 @@ STOP_SECONDS = 5.0
 
 @dataclass(frozen=True)
 class WorkerDevices:
-    """The devices of a pool's ``--device`` (checked by train.check_devices): one that every job names, or
+    """The devices of a pool's ``--device`` (checked by training.devices.check_devices): one that every job names, or
     several CUDA devices, worker i on the i-th (``run_jobs(cuda_devices=...)``) and jobs asking for plain
     "cuda", the worker's current device."""
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..files import write_atomically
 from ..paths import TEMPLATES_DIR
-from ..tracking.markdown import fill, pipe_table
+from ..markdown import fill, pipe_table
 from ..tracking.store import experiment_id
 
 AUC_TOLERANCE = 1e-4  # the bound tests/training/test_ddp.py asserts for 2 gloo processes against 1 (dropout 0)

@@ -37,7 +37,7 @@ from .jobs import ABANDONED, FAILED, WorkerDevices, add_grid_run_options, run_jo
 from ..paths import RESULTS_DIR, TEMPLATES_DIR
 from ..tracking.records import append_jsonl, run_hash
 from ..tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
-from ..tracking.markdown import fill, pipe_table
+from ..markdown import fill, pipe_table
 from ..training.devices import check_devices
 
 DATASETS = ("ml-100k", "movies-long")

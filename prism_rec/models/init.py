@@ -1,8 +1,9 @@
 """Initialisation policies: every backbone starts from the initialisation of its reference implementation.
 
 Why: with PyTorch's default initialisation (and the item table from N(0, d^-0.5)) delta-rule and SSM
-backbones sat on the item-popularity plateau for 10-20 epochs on electronics; initialised as fla does
-(N(0, 0.02) everywhere) Gated DeltaNet left it by epoch 4 (issue 17, ../shared/PAPER.md section 8).
+backbones sat on the item-popularity plateau for many epochs; initialised as fla does (N(0, 0.02)
+everywhere) Gated DeltaNet leaves it within a few (results/electronics_patience.md, ../shared/PAPER.md
+section 8).
 
 How to use it (a new backbone needs two lines):
 
@@ -43,6 +44,11 @@ how. Norm weights (any module whose class name ends in "Norm") start at 1 and no
 - ``recbole`` (RUCAIBox/RecBole, recbole/model/sequential_recommender/sasrec.py ``_init_weights``): every
   nn.Linear and nn.Embedding weight ~ N(0, 0.02), Linear biases 0, LayerNorm 1/0; nn.Conv1d is left at
   PyTorch's default (RecBole's SASRec has none).
+- ``recbole-gru4rec`` (RUCAIBox/RecBole, recbole/model/sequential_recommender/gru4rec.py ``_init_weights``):
+  nn.Embedding (the item table; positions, unused by GRU4Rec, too) xavier-normal, std sqrt(2 / (rows + d));
+  the first GRU layer's input and recurrent weights (``weight_ih_l0``, ``weight_hh_l0``, each the stacked
+  [3 hidden, fan_in] matrix of the r, z, n gates) xavier-uniform; deeper GRU layers and every nn.Linear
+  keep PyTorch's default (RecBole's rule touches neither).
 - ``hstu`` (facebookresearch/generative-recommenders, generative_recommenders/research/modeling/
   sequential/hstu.py, embedding_modules.py, initialization.py): the layers initialise themselves (U,V,Q,K
   projection ~ N(0, 0.02), output projection xavier-uniform with PyTorch's default bias U(+-1/sqrt(fan_in)),
@@ -129,6 +135,16 @@ fla_backbone = normal_rule((nn.Linear, nn.Conv1d, nn.Embedding))
 recbole_backbone = ttt_backbone = normal_rule((nn.Linear, nn.Embedding))  # both leave nn.Conv1d at PyTorch's default
 
 
+def gru4rec_backbone(module: nn.Module, rescaled=(), n_residuals: int = 0) -> None:
+    """RecBole's GRU4Rec: the first layer's weights of every nn.GRU xavier-uniform, the rest as drawn."""
+    for sub in module.modules():
+        if isinstance(sub, nn.GRU):
+            nn.init.xavier_uniform_(sub.weight_ih_l0)
+            nn.init.xavier_uniform_(sub.weight_hh_l0)
+    reset_norms(module)
+    rescale_residual(rescaled, n_residuals)
+
+
 def own_layers_backbone(module: nn.Module, rescaled=(), n_residuals: int = 0) -> None:
     """HSTU, Titans: the reference has no global rule; each layer draws its own weights in its constructor."""
     reset_norms(module)
@@ -164,14 +180,15 @@ TRUNCATED_2STD = math.sqrt(1 - 4 * math.exp(-2) / math.sqrt(2 * math.pi) / math.
 
 @dataclass(frozen=True)
 class InitPolicy:
-    """One reference's initialisation. ``item_std(d)`` is the std the item table is drawn with (for tests)."""
+    """One reference's initialisation. ``item_std(rows, d)`` is the std an item table of ``rows`` x ``d`` is
+    drawn with (for tests)."""
 
     name: str
     source: str
     backbone: Callable[..., None]
     item_embedding: Callable[[nn.Embedding], None]
     position_embedding: Callable[[nn.Embedding], None]
-    item_std: Callable[[int], float]
+    item_std: Callable[[int, int], float]
 
 
 POLICIES: dict[str, InitPolicy] = {
@@ -179,28 +196,31 @@ POLICIES: dict[str, InitPolicy] = {
         "fla",
         "fla-org/flash-linear-attention fla/models/{gated_deltanet,mamba2,transformer}/modeling_*.py _init_weights",
         fla_backbone, normal_embedding(INITIALIZER_RANGE), normal_embedding(INITIALIZER_RANGE),
-        lambda d: INITIALIZER_RANGE),
+        lambda rows, d: INITIALIZER_RANGE),
     "recbole": InitPolicy(
         "recbole", "RUCAIBox/RecBole recbole/model/sequential_recommender/sasrec.py _init_weights",
         recbole_backbone, normal_embedding(INITIALIZER_RANGE), normal_embedding(INITIALIZER_RANGE),
-        lambda d: INITIALIZER_RANGE),
+        lambda rows, d: INITIALIZER_RANGE),
+    "recbole-gru4rec": InitPolicy(
+        "recbole-gru4rec", "RUCAIBox/RecBole recbole/model/sequential_recommender/gru4rec.py _init_weights",
+        gru4rec_backbone, xavier_normal_embedding, xavier_normal_embedding, lambda rows, d: math.sqrt(2 / (rows + d))),
     "hstu": InitPolicy(
         "hstu", "facebookresearch/generative-recommenders generative_recommenders/research/modeling/sequential/"
         "{hstu,embedding_modules}.py",
         own_layers_backbone, lambda embedding: truncated_normal_(embedding.weight, INITIALIZER_RANGE),
-        xavier_normal_embedding, lambda d: INITIALIZER_RANGE * TRUNCATED_2STD),
+        xavier_normal_embedding, lambda rows, d: INITIALIZER_RANGE * TRUNCATED_2STD),
     "ttt": InitPolicy(
         "ttt", "test-time-training/ttt-lm-pytorch ttt.py TTTPreTrainedModel._init_weights",
         ttt_backbone, normal_embedding(INITIALIZER_RANGE), normal_embedding(INITIALIZER_RANGE),
-        lambda d: INITIALIZER_RANGE),
+        lambda rows, d: INITIALIZER_RANGE),
     "titans": InitPolicy(
         "titans", "lucidrains/titans-pytorch titans_pytorch/{neural_memory,memory_models,mac_transformer}.py",
-        own_layers_backbone, linear_head_embedding, default_embedding, lambda d: (3 * d) ** -0.5),
+        own_layers_backbone, linear_head_embedding, default_embedding, lambda rows, d: (3 * d) ** -0.5),
     "torch": InitPolicy(
         "torch", "PyTorch's defaults (the authors' code of gpr-prism/prism applies no initialisation of its own)",
-        own_layers_backbone, linear_head_embedding, default_embedding, lambda d: (3 * d) ** -0.5),
+        own_layers_backbone, linear_head_embedding, default_embedding, lambda rows, d: (3 * d) ** -0.5),
     "none": InitPolicy(
-        "none", "no parameters", own_layers_backbone, default_embedding, default_embedding, lambda d: 1.0),
+        "none", "no parameters", own_layers_backbone, default_embedding, default_embedding, lambda rows, d: 1.0),
 }
 
 

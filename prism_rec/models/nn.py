@@ -1,4 +1,5 @@
-"""Building blocks shared by the backbones: norms, causal short convolution, SwiGLU, residual blocks."""
+"""Building blocks shared by the backbones: norms, causal short convolution, feed-forwards, positions counted
+from the first item, residual stacks."""
 
 from __future__ import annotations
 
@@ -64,6 +65,11 @@ class SwiGLU(nn.Module):
         return self.dropout(self.down(F.silu(self.gate(x)) * self.up(x)))
 
 
+def silu_mlp(d_in: int, hidden: int, d_out: int) -> nn.Sequential:
+    """Linear - SiLU - Linear, with biases (the small MLP of the authors' PRISM and Mamba-2 blocks)."""
+    return nn.Sequential(nn.Linear(d_in, hidden), nn.SiLU(), nn.Linear(hidden, d_out))
+
+
 def positions_from_first_item(mask: torch.Tensor) -> torch.Tensor:
     """Position of each item counted from the first real item of its row [B, T] (0 at padded positions),
     so extra left-padding does not shift it."""
@@ -96,6 +102,18 @@ class PreNormStack(nn.Module):
         for mixer, mixer_norm, ffn, ffn_norm in zip(self.mixers, self.mixer_norms, self.ffns, self.ffn_norms):
             x = x + self.dropout(mixer(mixer_norm(x), mask))
             x = (x + ffn(ffn_norm(x))) * keep
+        return x
+
+
+class BlockStack(nn.Module):
+    """Plain stack of residual blocks called as block(x, mask); the input is zeroed at padded positions."""
+
+    blocks: nn.ModuleList
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = x * mask.unsqueeze(-1).to(x.dtype)
+        for block in self.blocks:
+            x = block(x, mask)
         return x
 
 

@@ -26,7 +26,7 @@ S_t = alpha_t (I - beta_t(1) kappa_t(1) kappa_t(1)^T) S_{t-1} + sum_l kappa_t(l)
 W_b are then unused and not built).
 
 Initialisation: ``Prism`` inherits Gated DeltaNet's ``init_policy = "fla"`` (fla's ``_init_weights``,
-fla/models/gated_deltanet/modeling_gated_deltanet.py; see ``baselines/gated_deltanet.py`` and
+fla/models/gated_deltanet/modeling_gated_deltanet.py; see ``prism_rec.models.gated_deltanet`` and
 ``prism_rec.models.init``), applied at the end of ``GatedDeltaNet.__init__`` after every layer is built: the added
 projections W_u, W_k(l), W_p(l), W_beta(l) and the anchor's conv ~ N(0, 0.02) like the rest. At L = 0 no
 extra module is built, so PRISM draws exactly Gated DeltaNet's weights for the same seed.
@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prism_rec.baselines.gated_deltanet import GatedDeltaNet, GatedDeltaNetLayer
+from prism_rec.models.gated_deltanet import GatedDeltaNet, GatedDeltaNetLayer
 from prism_rec.models.nn import ShortConv, l2norm
 from prism_rec.registry import register_backbone
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..files import write_atomically
-from .markdown import pipe_table
+from ..markdown import pipe_table
 from .case_ranks import decode
 from ..training.metrics import METRIC_NAMES
 from .records import CASE_RANKS_ARTIFACT

@@ -1,8 +1,13 @@
 """Every raw format gives the exact sequences, ids, times and split of the fixture story."""
 
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
+import prism_rec.data
+from prism_rec import registry
 from prism_rec.data.core import DataError, prepare
 from prism_rec.data.sources import load_dataset
 from prism_rec.registry import get_dataset, list_datasets
@@ -18,6 +23,44 @@ def load(name, folder, tmp_path, **options):
 def test_registered():
     assert {"books", "movies", "electronics", "yelp", "recbole-inter", "sequence-text", "yelp-iclrec",
             "electronics-gerec", "books-dealrec", "movies-fedcsr", "movies-long"} <= set(list_datasets())
+
+
+NEW_SOURCE = '''
+from pathlib import Path
+
+from prism_rec.data.generic import read_sequence_text
+from prism_rec.data.sources import DatasetSource
+from prism_rec.registry import register_dataset
+
+
+@register_dataset("added-source")
+class AddedSource(DatasetSource):
+    name = "added-source"
+    description = "a source no import line names"
+
+    def source_files(self, raw_dir):
+        return sorted(Path(raw_dir).glob("*.txt"))
+
+    def read_interactions(self, files, context):
+        return read_sequence_text(files, context)
+'''
+
+
+def test_a_new_source_module_is_discovered_without_an_import_line(tmp_path, monkeypatch):
+    """A module dropped into the package (here: a folder added to its search path) registers its source the
+    first time the registry is read, as a new file in prism_rec/data/ would."""
+    monkeypatch.setattr(registry, "_DATASETS", {name: get_dataset(name) for name in list_datasets()})
+    monkeypatch.setattr(registry, "_discovered", False)
+    (tmp_path / "package").mkdir()
+    (tmp_path / "package" / "added_source.py").write_text(textwrap.dedent(NEW_SOURCE))
+    monkeypatch.setattr(prism_rec.data, "__path__", [*prism_rec.data.__path__, str(tmp_path / "package")])
+    monkeypatch.delitem(sys.modules, "prism_rec.data.added_source", raising=False)
+    try:
+        assert "added-source" in list_datasets()
+        dataset = load("added-source", "sequence", tmp_path)
+        assert sequences(dataset) == sequences(load("sequence-text", "sequence", tmp_path))
+    finally:
+        sys.modules.pop("prism_rec.data.added_source", None)
 
 
 @pytest.mark.parametrize("folder", ["amazon2014", "amazon2014csv", "amazon2018", "amazon2018csv", "amazon2023"])

@@ -171,7 +171,8 @@ def test_recommender_embeddings_follow_the_backbone_policy(name):
     policy = policy_of(model.backbone)
     table = model.item_embedding.weight
     assert not table[0].any(), f"{name}: padding row not 0"
-    assert_std(table[1:], policy.item_std(D), f"{name}: item table ({policy.name})", uniform=policy.name == "titans")
+    assert_std(table[1:], policy.item_std(N_ITEMS + 1, D), f"{name}: item table ({policy.name})",
+               uniform=policy.name == "titans")
     if policy.name == "hstu":
         assert table.abs().max() <= 2 * 0.02, "truncated at 2 std"
     if model.position_embedding is not None:

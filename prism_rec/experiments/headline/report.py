@@ -24,7 +24,7 @@ import pandas as pd
 from ... import registry
 from .. import tuning
 from ...tracking.case_ranks import CaseRanks, decode
-from ...tracking.markdown import fill, pipe_table
+from ...markdown import fill, pipe_table
 from ...files import read_jsonl, write_atomically
 from .protocol import (CASE_RANKS_NAME, DATASETS, LAYERS, MANIFEST_NAME, PROTOCOL, SEEDS, SETTINGS,
                                 backbone_parameters, training_config)

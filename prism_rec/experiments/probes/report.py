@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ...files import write_atomically
 from ...paths import TEMPLATES_DIR
-from ...tracking.markdown import fill, pipe_table
+from ...markdown import fill, pipe_table
 from .grid import (PAPER_COLUMNS, SEEDS, SWEEP_LENGTHS, SWEEP_MODELS, SWEEP_PROFILE, SWEEP_TASK, TABLE_MODELS,
                    ProbeRun, grid_runs)
 from .manifest import PROTOCOL, entry_identity, load_manifest

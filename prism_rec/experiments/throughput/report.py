@@ -11,7 +11,7 @@ import torch
 
 from ...files import write_figure_atomically
 from ...paths import TEMPLATES_DIR
-from ...tracking.markdown import fill, pipe_table
+from ...markdown import fill, pipe_table
 from ...tracking.store import git_commit, machine_description, triton_version
 from .shapes import Configuration, describe_heads
 from .measure import BackboneResults, format_case
