@@ -33,6 +33,7 @@ from .jobs import POLL_SECONDS, Status, call, next_job
 INSTALL = "pip install -e '.[cluster]'"
 CONNECT_SECONDS = 10.0
 WORKERS_SECONDS = 600.0  # how long a batch cluster's first worker may take to come up
+WAIT_STEP_SECONDS = 0.05
 ADDRESS = re.compile(r"^[a-z]+://[^/\s]+:\d+$")
 
 
@@ -57,10 +58,21 @@ def connect(address: str):
         raise OptionError(f"option --scheduler: no Dask scheduler answers at {address} ({reason})") from None
 
 
+def slurm_settings(runs_per_gpu: int | None, options: dict) -> dict:
+    """dask-jobqueue SLURMCluster settings: each batch job one GPU (``--gres=gpu:1``; none without
+    ``runs_per_gpu``: CPU jobs) with ``runs_per_gpu`` single-threaded worker processes, each advertising
+    1/k of it; ``options`` add further settings (queue, account, walltime, memory, ...), lists extending
+    ours."""
+    k = runs_per_gpu or 1
+    gpu = {"job_extra_directives": ["--gres=gpu:1"], "worker_extra_args": ["--resources", f"GPU={1 / k!r}"]}
+    settings = {"cores": k, "processes": k, **(gpu if runs_per_gpu else {})}
+    for key, value in options.items():
+        settings[key] = settings.get(key, []) + value if isinstance(value, list) else value
+    return settings
+
+
 def slurm_cluster(jobs: int, runs_per_gpu: int | None, options: dict):
-    """A dask-jobqueue SLURMCluster scaled to ``jobs`` batch jobs, each one GPU (``--gres=gpu:1``, unless
-    no ``runs_per_gpu``: CPU jobs) with ``runs_per_gpu`` single-threaded worker processes advertising
-    1/k of it; ``options`` are further SLURMCluster settings (queue, account, walltime, memory, ...)."""
+    """A SLURMCluster of :func:`slurm_settings`, scaled to ``jobs`` batch jobs."""
     _distributed()
     try:
         from dask_jobqueue import SLURMCluster
@@ -68,13 +80,8 @@ def slurm_cluster(jobs: int, runs_per_gpu: int | None, options: dict):
         raise OptionError(f"option --cluster slurm: dask-jobqueue is not installed here; {INSTALL}") from None
     if jobs < 1:
         raise OptionError(f"option --cluster-jobs: must be >= 1, got {jobs}")
-    k = runs_per_gpu or 1
-    gpu = {"job_extra_directives": ["--gres=gpu:1"], "worker_extra_args": ["--resources", f"GPU={1 / k!r}"]}
-    settings = {"cores": k, "processes": k, **(gpu if runs_per_gpu else {})}
-    for key, value in options.items():
-        settings[key] = settings.get(key, []) + value if isinstance(value, list) else value
     try:
-        cluster = SLURMCluster(**settings)
+        cluster = SLURMCluster(**slurm_settings(runs_per_gpu, options))
     except (TypeError, ValueError) as error:
         raise OptionError(f"option --cluster-option: {error}") from None
     cluster.scale(jobs=jobs)
@@ -146,11 +153,13 @@ class DaskExecutor:
             abandon_after: float | None, expected_seconds: Callable[[Any], float | None] | None,
             wanted: Callable[[Any], bool] | None) -> list:
         """``jobs.run_jobs`` on the cluster: returns the jobs never started."""
-        distributed = _distributed()
         queue, in_flight = list(jobs), {}
         while True:
             capacity, host_runs = self._capacity()
-            while len(in_flight) < capacity and (job := next_job(queue, deadline, expected_seconds, wanted)):
+            while len(in_flight) < capacity:
+                job = next_job(queue, deadline, expected_seconds, wanted)
+                if job is None:
+                    break
                 future = self.client.submit(_run_task, work, job, host_runs, resources=self.resources, pure=False,
                                             key=f"{getattr(job, 'label', 'job')}-{uuid.uuid4().hex[:8]}")
                 in_flight[future] = job
@@ -162,13 +171,7 @@ class DaskExecutor:
                     future.cancel()
                     on_result(job, result)
                 return queue
-            if in_flight:
-                try:
-                    distributed.wait(list(in_flight), timeout=POLL_SECONDS, return_when="FIRST_COMPLETED")
-                except TimeoutError:
-                    pass
-            else:  # no worker yet (batch jobs still queued)
-                time.sleep(POLL_SECONDS)
+            _wait_for_any(list(in_flight))  # without any (no worker yet: batch jobs still queued), POLL_SECONDS
             for future in [future for future in in_flight if future.done()]:
                 queue.extend(on_result(in_flight.pop(future), _result(future)) or [])
 
@@ -176,6 +179,13 @@ class DaskExecutor:
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+
+
+def _wait_for_any(futures: list) -> None:
+    """Until one of ``futures`` is done, or POLL_SECONDS."""
+    end = time.time() + POLL_SECONDS
+    while time.time() < end and not any(future.done() for future in futures):
+        time.sleep(WAIT_STEP_SECONDS)
 
 
 def _result(future) -> dict:
