@@ -122,9 +122,6 @@ class Campaign:
         """The counts as one line: "finished: 3, failed: 0, ..."."""
         return ", ".join(f"{name}: {count}" for name, count in self.counts.items())
 
-    def close(self) -> None:
-        self.executor.close()
-
 
 class Manifest:
     """A grid's finished runs, one JSON line each in ``path``; ``key(entry)`` identifies a run (its
@@ -133,9 +130,6 @@ class Manifest:
     def __init__(self, path: Path, key: Callable[[dict], Any]):
         self.path, self.key = Path(path), key
         self.entries = read_jsonl(self.path)
-
-    def __contains__(self, key: Any) -> bool:
-        return key in {self.key(entry) for entry in self.entries}
 
     def keys(self) -> set:
         return {self.key(entry) for entry in self.entries}

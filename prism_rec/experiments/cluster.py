@@ -153,9 +153,12 @@ class DaskExecutor:
             abandon_after: float | None, expected_seconds: Callable[[Any], float | None] | None,
             wanted: Callable[[Any], bool] | None) -> list:
         """``jobs.run_jobs`` on the cluster: returns the jobs never started."""
-        queue, in_flight = list(jobs), {}
+        queue, in_flight, waiting = list(jobs), {}, False
         while True:
             capacity, host_runs = self._capacity()
+            if not capacity and queue and not waiting:
+                print(f"no worker of {self.client.scheduler.address} can take a run yet; waiting", flush=True)
+            waiting = not capacity
             while len(in_flight) < capacity:
                 job = next_job(queue, deadline, expected_seconds, wanted)
                 if job is None:
