@@ -2,7 +2,7 @@
 started here (and always stopped by their process ids), a tiny CPU grid (a synthetic yelp-iclrec of 60
 users, read through PRISM_REC_SHARED_DATA) whose manifest equals the local pool's run for run, a worker
 killed mid-run whose run finishes on the other one with the metrics of an uninterrupted run, and the
-refusals that come before any work."""
+refusals that come before any work; the probes through the same cluster."""
 
 from __future__ import annotations
 
@@ -188,6 +188,25 @@ def test_slurm_jobs_take_one_gpu_each_with_k_single_threaded_workers_sharing_it(
     for line in ("#SBATCH --gres=gpu:1", "#SBATCH --account=lab", "#SBATCH -p gpu", "--nworkers 4", "--nthreads 1",
                  "--resources GPU=0.25"):
         assert line in script, line
+
+
+def test_probes_train_on_the_cluster_as_in_the_local_pool(tmp_path, loopback):
+    from prism_rec.experiments.probes.grid import product_runs
+    from prism_rec.experiments.probes.manifest import load_manifest
+    from prism_rec.experiments.probes.runner import run_probes
+
+    client, _, _ = loopback
+    runs = product_runs(["local_xor"], ["sasrec"], [0, 1], "paper",
+                        {"steps": 20, "seq_len": 12, "batch_size": 4, "eval_size": 32, "d_model": 8})
+    local = run_probes(runs, tmp_path / "local", device="cpu", workers=2, log_mlflow=False)
+    dask = run_probes(runs, tmp_path / "dask", log_mlflow=False, executor=dask_executor(client))
+    assert local["counts"]["finished"] == dask["counts"]["finished"] == 2
+
+    def results(folder) -> dict:
+        return {(e["seed"], e["task"]): (e["accuracy"], e["final_train_loss"], e["loss_curve"])
+                for e in load_manifest(folder)}
+
+    assert results(tmp_path / "dask") == results(tmp_path / "local")
 
 
 def test_a_killed_workers_run_finishes_on_the_other_with_the_metrics_of_an_uninterrupted_run(
