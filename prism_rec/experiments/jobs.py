@@ -17,14 +17,24 @@ import os
 import time
 import traceback
 from dataclasses import dataclass
+from enum import Enum
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Callable
 
-FAILED = "failed"
-ABANDONED = "abandoned"
 POLL_SECONDS = 1.0
 STOP_SECONDS = 5.0
+
+
+class Status(str, Enum):
+    """The outcome of one job, as its result's "status" says."""
+
+    FINISHED = "finished"
+    DIVERGED = "diverged"  # the scores were not finite before the first validation (a rate too high)
+    PAUSED = "paused"  # stopped at the deadline with a checkpoint, to continue in a later call
+    FAILED = "failed"  # raised, or its worker died for good
+    ABANDONED = "abandoned"  # still running when the executor stopped waiting for it
+
 
 
 @dataclass(frozen=True)
@@ -52,12 +62,27 @@ class WorkerDevices:
         return f"{machines} ({', '.join(self.names)})"
 
 
+def gpu_sharing(device: str) -> str:
+    """How runs on ``device`` (a --device name; "auto" is resolved) share a GPU: "mps" when
+    CUDA_MPS_PIPE_DIRECTORY names a folder holding an MPS server's control pipe (gpu_setup.sh sets it
+    once a client got through), "time-slicing" on CUDA otherwise, "none" off CUDA."""
+    if device == "auto":
+        from ..training.devices import resolve_device
+
+        device = resolve_device(device).type
+    if not device.startswith("cuda"):
+        return "none"
+    pipes = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    return "mps" if pipes and (Path(pipes) / "control").exists() else "time-slicing"
+
+
 def failure(error: BaseException) -> dict:
     """The result of a job that raised: status "failed", the error in one line and its traceback."""
-    return {"status": FAILED, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
+    return {"status": Status.FAILED.value, "error": f"{type(error).__name__}: {error}",
+            "traceback": traceback.format_exc()}
 
 
-def _call(work: Callable[[Any], dict], job: Any) -> dict:
+def call(work: Callable[[Any], dict], job: Any) -> dict:
     try:
         return work(job)
     except Exception as error:  # one crashing job must not stop the pool
@@ -73,7 +98,7 @@ def _serve(connection: Connection, work: Callable[[Any], dict], threads: int, cu
     if cuda_device is not None:
         torch.cuda.set_device(cuda_device)
     while (job := connection.recv()) is not None:
-        connection.send(_call(work, job))
+        connection.send(call(work, job))
 
 
 @dataclass
@@ -83,7 +108,7 @@ class _Worker:
     job: Any = None
 
 
-def _next_job(queue: list, deadline: float, expected_seconds: Callable[[Any], float] | None,
+def next_job(queue: list, deadline: float, expected_seconds: Callable[[Any], float] | None,
               wanted: Callable[[Any], bool] | None = None) -> Any:
     """Pop the first job of ``queue`` that ``wanted`` accepts (when given) and that is expected to end before
     ``deadline`` (a job whose estimate is None always qualifies); None when none does."""
@@ -143,8 +168,8 @@ def _run_here(queue: list, work: Callable[[Any], dict], deadline: float, on_resu
         import torch
 
         torch.cuda.set_device(cuda_devices[0])
-    while (job := _next_job(queue, deadline, expected_seconds, wanted)) is not None:
-        queue.extend(on_result(job, _call(work, job)) or [])
+    while (job := next_job(queue, deadline, expected_seconds, wanted)) is not None:
+        queue.extend(on_result(job, call(work, job)) or [])
     return queue
 
 
@@ -167,7 +192,7 @@ def _feed(pool: list[_Worker], queue: list, deadline: float,
     """Send every free, living worker the next wanted job that fits before the deadline (if any)."""
     for worker in pool:
         if worker.job is None and worker.process.is_alive():
-            worker.job = _next_job(queue, deadline, expected_seconds, wanted)
+            worker.job = next_job(queue, deadline, expected_seconds, wanted)
             if worker.job is not None:
                 worker.connection.send(worker.job)
 
@@ -179,7 +204,7 @@ def _abandon(busy: list[_Worker], on_result: Callable[[Any, dict], None]) -> Non
         finished = worker.connection.poll()  # a result already sent is kept, not thrown away
         if not finished:
             worker.process.kill()
-        on_result(worker.job, worker.connection.recv() if finished else {"status": ABANDONED})
+        on_result(worker.job, worker.connection.recv() if finished else {"status": Status.ABANDONED.value})
         worker.job = None
 
 
@@ -193,9 +218,9 @@ def _ended(busy: list[_Worker]) -> list[tuple[Any, dict]]:
             try:
                 result = worker.connection.recv()
             except EOFError:  # the worker died while sending
-                result = {"status": FAILED, "error": "worker process died", "traceback": ""}
+                result = {"status": Status.FAILED.value, "error": "worker process died", "traceback": ""}
         elif worker.process.sentinel in ready:
-            result = {"status": FAILED, "traceback": "",
+            result = {"status": Status.FAILED.value, "traceback": "",
                       "error": f"worker process died (exit code {worker.process.exitcode})"}
         else:
             continue
@@ -218,14 +243,3 @@ def _stop_pool(pool: list[_Worker]) -> None:
             worker.process.kill()
             worker.process.join()
         worker.connection.close()
-
-
-def add_grid_run_options(parser, out_help: str) -> None:
-    """The options every grid driver's ``run`` takes (headline run, split-study run): --out, --workers,
-    --budget, --device."""
-    parser.add_argument("--out", required=True, type=Path, help=out_help)
-    parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--budget", type=float, help="wall-clock seconds; no run starts after them")
-    parser.add_argument("--device", default="auto",
-                        help="auto, cpu, cuda, cuda:N, or a comma list (cuda:0,cuda:1): worker i trains on the i-th, "
-                             "cyclically")

@@ -21,6 +21,7 @@ import argparse
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,17 +29,16 @@ import numpy as np
 from . import tuning
 from ..tracking.case_ranks import decode
 from ..data.sources import load_dataset
-from ..errors import OptionError
 from ..files import read_jsonl, write_atomically
 from .headline.driver import HeadlineJob, manifest_entry, train_cell
 from .headline.report import seeds_text
 from .headline.protocol import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL, SEEDS, training_config
-from .jobs import ABANDONED, FAILED, WorkerDevices, add_grid_run_options, run_jobs
+from .campaign import (Campaign, Executor, LocalExecutor, Manifest, Status, add_grid_run_options, checkpoint_dir,
+                       deadline_after, executor_from_args)
 from ..paths import RESULTS_DIR, TEMPLATES_DIR
 from ..tracking.records import append_jsonl, run_hash
 from ..tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
 from ..markdown import fill, pipe_table
-from ..training.devices import check_devices
 
 DATASETS = ("ml-100k", "movies-long")
 MODELS = ("sasrec", "gated_deltanet", "prism", "gdn-authors", "prism-authors", "mamba2-authors")
@@ -66,37 +66,39 @@ def study_jobs(headline: list[dict], device: str, command: str) -> list[Headline
     return jobs
 
 
-def run_study(out_dir: Path, workers: int, budget: float | None, device: str, command: str) -> dict[str, int]:
-    """Train the study's runs missing from ``out_dir``'s manifest; returns counts per outcome."""
-    devices = WorkerDevices(check_devices(device))
+def run_study(out_dir: Path, workers: int, budget: float | None, device: str, command: str,
+              executor: Executor | None = None, checkpoints: Path | None = None) -> dict[str, int]:
+    """Train the study's runs missing from ``out_dir``'s manifest on ``executor`` (default: a local pool of
+    ``workers`` processes on ``device``), with per-epoch checkpoints in ``checkpoints`` if given; returns
+    counts per outcome."""
+    deadline = deadline_after(budget)
+    executor = executor or LocalExecutor(workers, device)
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in (STUDY_MANIFEST, STUDY_CASE_RANKS):
         if not (out_dir / name).exists() and (RESULTS_DIR / name).exists():
             shutil.copyfile(RESULTS_DIR / name, out_dir / name)
-    manifest_path, case_ranks_path = out_dir / STUDY_MANIFEST, out_dir / STUDY_CASE_RANKS
-    done = {e["config_hash"] for e in read_jsonl(manifest_path)}
-    jobs = [job for job in study_jobs(read_jsonl(RESULTS_DIR / MANIFEST_NAME), devices.job_device, command)
+    manifest = Manifest(out_dir / STUDY_MANIFEST, key=lambda entry: entry["config_hash"])
+    case_ranks_path, done = out_dir / STUDY_CASE_RANKS, manifest.keys()
+    jobs = [replace(job, checkpoints=checkpoints)
+            for job in study_jobs(read_jsonl(RESULTS_DIR / MANIFEST_NAME), executor.job_device, command)
             if job.run_hash not in done]
-    counts = {"already in manifest": len(done), "finished": 0, "diverged": 0, FAILED: 0, ABANDONED: 0}
-    print(f"{len(jobs)} time-split runs to train with {workers} worker(s); {len(done)} in {manifest_path}", flush=True)
+    campaign = Campaign(executor, deadline, {"already in manifest": len(done)},
+                        (Status.FINISHED, Status.DIVERGED, Status.FAILED, Status.ABANDONED))
+    print(f"{len(jobs)} time-split runs to train on {executor.describe()}; {len(done)} in {manifest.path}", flush=True)
 
-    def on_result(job: HeadlineJob, result: dict) -> None:
-        counts[result["status"]] += 1
-        if result["status"] != "finished":
-            print(f"{job.label}: {result['status']} {result.get('error', '')}", flush=True)
+    def on_result(job: HeadlineJob, status: Status, result: dict) -> None:
+        if status is not Status.FINISHED:
+            if status is not Status.FAILED:
+                print(f"{job.label}: {status.value} {result.get('error', '')}", flush=True)
             return
         record = result["record"]
-        entry = {**manifest_entry(record), "split": SPLIT}
-        append_jsonl(manifest_path, entry)
-        append_jsonl(case_ranks_path, {"record_id": entry["record_id"], "case_ranks": record["case_ranks"]})
+        manifest.add({**manifest_entry(record), "split": SPLIT})
+        append_jsonl(case_ranks_path, {"record_id": record["record_id"], "case_ranks": record["case_ranks"]})
         print(f"{job.label}: test AUC {record['metrics']['test_auc']:.4f}", flush=True)
 
-    deadline = time.time() + budget if budget else float("inf")
-    not_started = run_jobs(jobs, train_cell, workers, deadline, on_result, abandon_after=0,
-                           cuda_devices=devices.cuda_devices)
-    counts["not started"] = len(not_started)
-    print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)
-    return counts
+    campaign.run(jobs, train_cell, on_result, abandon_after=0)
+    print(campaign.summary(), flush=True)
+    return campaign.counts
 
 
 def per_user_auc(case_ranks: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -221,8 +223,11 @@ def add_parser(subparsers) -> None:
 
 
 def command_run(args: argparse.Namespace) -> None:
-    if args.budget is not None and args.budget <= 0:
-        raise OptionError(f"option --budget: must be > 0 seconds, got {args.budget}")
-    counts = run_study(args.out, args.workers, args.budget, args.device, args.invocation)
-    if counts[FAILED]:
+    executor = executor_from_args(args, args.budget)
+    try:
+        counts = run_study(args.out, 1, args.budget, args.device, args.invocation, executor,
+                           checkpoint_dir(args, executor))
+    finally:
+        executor.close()
+    if counts[Status.FAILED.value]:
         sys.exit(1)

@@ -14,7 +14,8 @@ import torch
 from prism_rec.training.trainer import FitResult
 from prism_rec.cli import main
 from prism_rec.experiments.headline import driver, protocol
-from prism_rec.experiments.jobs import ABANDONED, WorkerDevices, run_jobs
+from prism_rec.experiments.campaign import Status, merge_manifests
+from prism_rec.experiments.jobs import WorkerDevices, gpu_sharing, run_jobs
 from prism_rec.training.metrics import METRIC_NAMES
 from prism_rec.files import read_jsonl
 from prism_rec.tracking.records import import_records, make_record, read_records
@@ -76,8 +77,9 @@ def fake_training(monkeypatch):
         calls.append(job.label)
         auc = VALID_AUC.get((job.model, job.config.lr), 0.5)
         tags = {"git_commit": "abc", "device": "cpu", "machine": "CPU", "command": job.command}
-        return {"status": "finished", "record": make_record(fake_dataset(job.dataset), job.model, job.config,
-                                                            fake_result(auc), tags, time.time())}
+        return {"status": "finished", "gpu_sharing": "none",
+                "record": make_record(fake_dataset(job.dataset), job.model, job.config, fake_result(auc), tags,
+                                      time.time())}
 
     monkeypatch.setattr(driver, "load_dataset", fake_dataset)
     monkeypatch.setattr(driver, "train_cell", train)
@@ -199,7 +201,7 @@ def test_jobs_in_flight_at_the_deadline_are_abandoned():
     started = time.time()
     not_started = run_jobs([30.0, 30.0, 30.0], time.sleep, workers=2, deadline=time.time() + 2,
                            on_result=lambda job, result: results.append(result["status"]), abandon_after=0)
-    assert results == [ABANDONED, ABANDONED] and not_started == [30.0]
+    assert results == [Status.ABANDONED, Status.ABANDONED] and not_started == [30.0]
     assert time.time() - started < 20
 
 
@@ -214,7 +216,7 @@ def test_jobs_in_flight_get_abandon_after_seconds_past_the_deadline():
     deadline = time.time() + 6
     run_jobs([deadline + 1, deadline + 120], _sleep_until, workers=2, deadline=deadline, abandon_after=4,
              on_result=lambda job, result: results.update({job - deadline: (result["status"], time.time() - deadline)}))
-    assert results[1][0] == "finished" and results[120][0] == ABANDONED
+    assert results[1][0] == "finished" and results[120][0] == Status.ABANDONED
     assert 4 <= results[120][1] < 10
 
 
@@ -326,13 +328,13 @@ def test_estimates_correct_themselves_by_the_runs_finished_in_this_call():
 
 def test_gpu_sharing_is_mps_only_where_a_server_control_pipe_is(tmp_path, monkeypatch):
     monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
-    assert driver.gpu_sharing("cpu") == "none"
-    assert driver.gpu_sharing("auto") == ("time-slicing" if torch.cuda.is_available() else "none")
-    assert driver.gpu_sharing("cuda:1") == "time-slicing"
+    assert gpu_sharing("cpu") == "none"
+    assert gpu_sharing("auto") == ("time-slicing" if torch.cuda.is_available() else "none")
+    assert gpu_sharing("cuda:1") == "time-slicing"
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path))
-    assert driver.gpu_sharing("cuda") == "time-slicing"  # no server's control pipe there
+    assert gpu_sharing("cuda") == "time-slicing"  # no server's control pipe there
     (tmp_path / "control").touch()
-    assert driver.gpu_sharing("cuda") == "mps"
+    assert gpu_sharing("cuda") == "mps"
 
 
 def test_manifests_of_side_by_side_calls_merge_once_per_record(tmp_path):
@@ -342,10 +344,10 @@ def test_manifests_of_side_by_side_calls_merge_once_per_record(tmp_path):
     for name, extra in (("one", {"record_id": "b"}), ("two", {"record_id": "c"})):
         for entry in (base, extra):
             append_jsonl(tmp_path / name / "m.jsonl", entry)
-    merged = driver.merge_manifests([tmp_path / "one" / "m.jsonl", tmp_path / "two" / "m.jsonl"])
+    merged = merge_manifests([tmp_path / "one" / "m.jsonl", tmp_path / "two" / "m.jsonl"])
     assert [e["record_id"] for e in merged] == ["a", "b", "c"]
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
-        driver.merge_manifests([tmp_path / "missing.jsonl"])
+        merge_manifests([tmp_path / "missing.jsonl"])
     main(["headline", "merge", str(tmp_path / "out.jsonl"), str(tmp_path / "one" / "m.jsonl"),
           str(tmp_path / "two" / "m.jsonl")])
     assert [e["record_id"] for e in read_jsonl(tmp_path / "out.jsonl")] == ["a", "b", "c"]

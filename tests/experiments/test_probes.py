@@ -210,10 +210,11 @@ def test_runs_of_an_earlier_task_format_are_not_counted(tmp_path, capsys):
     assert len(load_manifest(tmp_path)) == 3
 
 
-def test_cli_option_errors(tmp_path):
+def test_cli_option_errors(tmp_path, capsys):
     with pytest.raises(SystemExit, match="--models"):
         main(["probe", "--models", "nosuchmodel", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="--models"):
         main(["probe", "--models", "prism:L", "--out", str(tmp_path)])
-    with pytest.raises(SystemExit, match="--workers"):
+    with pytest.raises(SystemExit) as exit_:
         main(["probe", *SMOKE, "--workers", "0", "--out", str(tmp_path), "--no-mlflow"])
+    assert exit_.value.code == 2 and "option --workers: must be >= 1, got 0" in capsys.readouterr().err

@@ -151,19 +151,19 @@ def test_no_run_starts_within_the_start_margin_of_the_budget_s_end(tmp_path):
 
 def test_a_run_not_paused_within_the_grace_is_abandoned_and_keeps_its_earlier_checkpoint(tmp_path, monkeypatch,
                                                                                            capsys):
-    from prism_rec.experiments.jobs import ABANDONED
+    from prism_rec.experiments.campaign import LocalExecutor, Status
     from prism_rec.experiments.probes import runner
 
-    def abandon_all(jobs, work, workers, deadline, on_result, abandon_after, **options):
-        assert abandon_after == runner.PAUSE_GRACE_SECONDS
-        for job in jobs:
-            on_result(job, {"status": ABANDONED})
-        return []
+    class AbandonAll(LocalExecutor):
+        def run(self, jobs, work, deadline, on_result, abandon_after, expected_seconds, wanted):
+            assert abandon_after == runner.PAUSE_GRACE_SECONDS
+            for job in jobs:
+                on_result(job, {"status": Status.ABANDONED.value})
+            return []
 
     runs = tiny_runs(seeds=(0, 1))
     _save_checkpoints(tmp_path, {runs[0].identity: b"earlier"})
-    monkeypatch.setattr(runner, "run_jobs", abandon_all)
-    result = run_probes(runs, tmp_path, device="cpu", workers=2, time_budget=100, log_mlflow=False)
+    result = run_probes(runs, tmp_path, time_budget=100, log_mlflow=False, executor=AbandonAll(2, "cpu"))
     assert result["counts"]["abandoned"] == 2 and result["unfinished"] == [run.label for run in runs]
     assert _load_checkpoints(tmp_path) == {runs[0].identity: b"earlier"}
     out = capsys.readouterr().out

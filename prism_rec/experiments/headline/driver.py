@@ -1,8 +1,11 @@
 """The headline benchmark (protocol "headline-v2"): every registered backbone on the real subsets, its
 learning rate tuned on seed 0, 3 seeds at the chosen rate, on one GPU or several.
 
-``prism-rec headline run --out DIR`` trains the grid with N worker processes sharing one device, or
-several (``--device cuda:0,cuda:1``: worker i on the i-th, cyclically). The grid follows tuning.py:
+``prism-rec headline run --out DIR`` trains the grid through a campaign (campaign.py): N worker processes
+sharing one device, or several (``--device cuda:0,cuda:1``: worker i on the i-th, cyclically), or the
+workers of a Dask cluster (``--executor dask``, docs/cluster.md), where each run writes a checkpoint after
+every epoch to ``--checkpoints`` (default DIR/checkpoints) and resumes from it on another worker if its
+own dies. The grid follows tuning.py:
 seed 0 of every base backbone at every rate of ``--lr-grid``; as soon as a base's grid is complete (in
 this call or an earlier one), its other seeds at the chosen rate and its presets' seeds (``prism-*`` take
 prism's rate) join the queue; ``pop`` runs once (seed 0; nothing to tune). Each finished run is appended
@@ -16,7 +19,7 @@ the short ones fill the end of a budget. With ``--budget`` seconds
 a job starts only when that estimate (once any time has been seen), corrected by how long this call's
 finished runs of the same backbone, or of the same kind of estimate, took against theirs, ends before
 the deadline; jobs still running at it are abandoned,
-unrecorded. Manifest lines say how the runs shared the GPU (``gpu_sharing``: "mps" when the driver ran
+unrecorded. Manifest lines say how the runs shared the GPU (``gpu_sharing``: "mps" when the worker ran
 as a client of an NVIDIA MPS server, which lets kernels of several processes run at once).
 
 ``merge OUT A B`` joins manifests (or case-ranks files) of several calls, each record once.
@@ -29,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import statistics
 import sys
 import time
@@ -44,17 +46,20 @@ from ...errors import OptionError
 from ...files import read_jsonl, write_jsonl
 from .protocol import (CASE_RANKS_NAME, DATASETS, MANIFEST_NAME, PROTOCOL, SEEDS, backbone_parameters,
                                 training_config)
-from ..jobs import ABANDONED, FAILED, WorkerDevices, add_grid_run_options, run_jobs
+from ..campaign import (Campaign, Executor, LocalExecutor, Manifest, Status, add_grid_run_options, checkpoint_dir,
+                        deadline_after, executor_from_args, merge_manifests)
+from ..jobs import gpu_sharing
 from ...options import resolve_models
 from ...tracking.records import RECORDS_SUFFIX, append_jsonl, import_records, make_record, run_hash
 from ...paths import RESULTS_DIR
 from ...tracking.store import provenance_tags
+from ...training.checkpoint import checkpoint_file
 from ...training.trainer import fit
-from ...training.devices import check_devices, resolve_device
+from ...training.devices import resolve_device
 from ...training.config import TrainConfig
 
 UNTRAINED_RATE = 0.0  # the rate recorded for pop, which trains nothing
-DIVERGED = "diverged"
+DIVERGED = Status.DIVERGED.value
 RECORDS_NAME = f"headline{RECORDS_SUFFIX}"
 RESULTS_MANIFEST = RESULTS_DIR / MANIFEST_NAME
 RESULTS_CASE_RANKS = RESULTS_DIR / CASE_RANKS_NAME
@@ -68,6 +73,7 @@ class HeadlineJob:
     run_hash: str
     command: str
     split: str = "loo"  # the dataset's split (data/core.py); split_study.py trains "time"
+    checkpoints: Path | None = None  # the folder of its per-epoch checkpoint (resumed from when there)
 
     @property
     def label(self) -> str:
@@ -87,17 +93,27 @@ def _dataset(name: str, split: str):
 
 
 def train_cell(job: HeadlineJob) -> dict:
-    """Worker entry: train one cell; returns {"status": "finished", "record": ...}, or status "diverged"
-    when the scores were not finite before any epoch validated (a rate too high for the backbone)."""
+    """Worker entry: train one cell; returns {"status": "finished", "record": ..., "gpu_sharing": ...}, or
+    status "diverged" when the scores were not finite before any epoch validated (a rate too high for the
+    backbone). With ``job.checkpoints``, a checkpoint is written after every epoch and a run that finds one
+    (its earlier worker died) resumes from it; it is removed once the run ends."""
     dataset = _dataset(job.dataset, job.split)
     started = time.time()
+    checkpoint = None if job.checkpoints is None else checkpoint_file(
+        job.dataset, job.model, job.config.seed, job.run_hash, job.checkpoints)
     try:
-        result = fit(dataset, job.model, job.config)
+        result = fit(dataset, job.model, job.config, checkpoint_path=checkpoint,
+                     resume=checkpoint is not None and checkpoint.exists())
     except FloatingPointError as error:
-        return {"status": DIVERGED, "error": str(error)}
-    tags = {**provenance_tags(resolve_device(job.config.device)), "command": job.command,
-            "compile": job.config.compile}
-    return {"status": "finished", "record": make_record(dataset, job.model, job.config, result, tags, started)}
+        outcome = {"status": DIVERGED, "error": str(error)}
+    else:
+        tags = {**provenance_tags(resolve_device(job.config.device)), "command": job.command,
+                "compile": job.config.compile}
+        outcome = {"status": Status.FINISHED.value, "gpu_sharing": gpu_sharing(job.config.device),
+                   "record": make_record(dataset, job.model, job.config, result, tags, started)}
+    if checkpoint is not None:
+        checkpoint.unlink(missing_ok=True)
+    return outcome
 
 
 def manifest_entry(record: dict) -> dict:
@@ -213,18 +229,6 @@ class CorrectedEstimates:
         return self.prior[job.label] * (statistics.median(ratios) if enough else 1.0)
 
 
-def gpu_sharing(device: str) -> str:
-    """How runs on ``device`` (a --device name; "auto" is resolved) share a GPU: "mps" when
-    CUDA_MPS_PIPE_DIRECTORY names a folder holding an MPS server's control pipe (gpu_setup.sh sets it
-    once a client got through), "time-slicing" on CUDA otherwise, "none" off CUDA."""
-    if device == "auto":
-        device = resolve_device(device).type
-    if not device.startswith("cuda"):
-        return "none"
-    pipes = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
-    return "mps" if pipes and (Path(pipes) / "control").exists() else "time-slicing"
-
-
 class GridPlan:
     """The cells of the v2 grid and which of them can run now.
 
@@ -236,7 +240,8 @@ class GridPlan:
     ``runnable(manifest)`` are the jobs whose rate is known and which ``manifest`` lacks."""
 
     def __init__(self, datasets: dict, models: list[str], seeds: list[int], grid: tuple[float, ...], device: str,
-                 overrides: dict, command: str, eager_models: frozenset[str] = frozenset()):
+                 overrides: dict, command: str, eager_models: frozenset[str] = frozenset(),
+                 checkpoints: Path | None = None):
         self.grid = grid
         self.jobs: dict[tuple[str, str, int, float], HeadlineJob] = {}
         for name, dataset in datasets.items():
@@ -247,7 +252,8 @@ class GridPlan:
                         eager = {"compile": "off"} if model in eager_models else {}
                         config = training_config(name, model, seed, device, overrides | eager, lr)
                         self.jobs[(name, model, seed, lr)] = HeadlineJob(
-                            name, model, config, run_hash(name, dataset.options, model, config), command)
+                            name, model, config, run_hash(name, dataset.options, model, config), command,
+                            checkpoints=checkpoints)
         self.hashes = {job.run_hash for job in self.jobs.values()}
 
     def runnable(self, manifest: list[dict], speculate: bool = False) -> list[HeadlineJob]:
@@ -269,93 +275,77 @@ class GridPlan:
 def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_dir: Path, workers: int,
                  budget: float | None, device: str = "auto", overrides: dict | None = None,
                  command: str = "", grid: tuple[float, ...] = tuning.LR_GRID,
-                 eager_models: frozenset[str] = frozenset(), speculate: bool = False) -> dict[str, int]:
+                 eager_models: frozenset[str] = frozenset(), speculate: bool = False,
+                 executor: Executor | None = None, checkpoints: Path | None = None) -> dict[str, int]:
     """Train the grid's runs not yet in ``out_dir``'s manifest, adding each base's chosen-rate runs as its
-    rate grid completes; returns counts per outcome. With ``speculate``, the other seeds of a base whose
-    grid is incomplete also queue, after the rest, at the rate leading so far (idle workers start them
-    while the grid's last runs train; they are passed over once the leading rate changes, and one that
-    trained at a rate the grid then did not choose stays in the manifest, out of the tables)."""
-    if budget is not None and budget <= 0:
-        raise ValueError(f"option --budget: must be > 0 seconds, got {budget}")
+    rate grid completes; returns counts per outcome. The runs train on ``executor`` (default: a local pool
+    of ``workers`` processes on ``device``), with per-epoch checkpoints in ``checkpoints`` if given. With
+    ``speculate``, the other seeds of a base whose grid is incomplete also queue, after the rest, at the
+    rate leading so far (idle workers start them while the grid's last runs train; they are passed over
+    once the leading rate changes, and one that trained at a rate the grid then did not choose stays in the
+    manifest, out of the tables)."""
+    deadline = deadline_after(budget)
     grid = tuning.check_grid(list(grid))
     tuning.check_bases(models)
-    devices = WorkerDevices(check_devices(device))
-    deadline = time.time() + budget if budget is not None else float("inf")
+    executor = executor or LocalExecutor(workers, device)
     out_dir = Path(out_dir)
-    manifest_path, records_path = out_dir / MANIFEST_NAME, out_dir / RECORDS_NAME
-    case_ranks_path = out_dir / CASE_RANKS_NAME
-    manifest = read_jsonl(manifest_path)
+    manifest = Manifest(out_dir / MANIFEST_NAME, key=lambda entry: entry["record_id"])
+    records_path, case_ranks_path = out_dir / RECORDS_NAME, out_dir / CASE_RANKS_NAME
     loaded = {name: load_dataset(name) for name in datasets}  # prepares the caches the workers read
     interactions = {name: dataset.stats()["interactions"] for name, dataset in loaded.items()}
-    plan = GridPlan(loaded, models, seeds, grid, devices.job_device, overrides or {}, command, eager_models)
-    jobs = plan.runnable(manifest, speculate)
+    plan = GridPlan(loaded, models, seeds, grid, executor.job_device, overrides or {}, command, eager_models,
+                    checkpoints)
+    jobs = plan.runnable(manifest.entries, speculate)
     queued, wanted = {job.label for job in jobs}, {job.label for job in jobs}
-    counts = {"already in manifest": sum(e["config_hash"] in plan.hashes for e in manifest), "finished": 0,
-              DIVERGED: 0, FAILED: 0, ABANDONED: 0, "not started": 0, "passed over (guessed rate lost)": 0}
-    jobs_per_device = max(1, min(workers, len(jobs))) / len(devices.names)
-    prior, basis, timed = estimate_seconds(list(plan.jobs.values()), manifest, interactions, plan.hashes,
+    campaign = Campaign(executor, deadline,
+                        {"already in manifest": sum(e["config_hash"] in plan.hashes for e in manifest.entries)},
+                        (Status.FINISHED, Status.DIVERGED, Status.FAILED, Status.ABANDONED))
+    jobs_per_device = executor.jobs_per_device(len(jobs))
+    prior, basis, timed = estimate_seconds(list(plan.jobs.values()), manifest.entries, interactions, plan.hashes,
                                            jobs_per_device)
-    jobs, expected = order_jobs(jobs, prior, plan.runnable(manifest)), CorrectedEstimates(prior, basis)
-    sharing_mode = gpu_sharing(devices.job_device)
-    print(f"{len(jobs)} runs ready on {devices.describe()} with {workers} worker(s) "
-          f"(GPU sharing: {sharing_mode}; rates {', '.join(f'{r:g}' for r in grid)})"
-          f"{f', budget {budget:.0f} s' if budget else ''}; {counts['already in manifest']} already in "
-          f"{manifest_path}", flush=True)
+    jobs, expected = order_jobs(jobs, prior, plan.runnable(manifest.entries)), CorrectedEstimates(prior, basis)
+    print(f"{len(jobs)} runs ready on {executor.describe()} (rates {', '.join(f'{r:g}' for r in grid)})"
+          f"{f', budget {budget:.0f} s' if budget else ''}; {campaign.counts['already in manifest']} already in "
+          f"{manifest.path}", flush=True)
 
-    def on_result(job: HeadlineJob, result: dict) -> list[HeadlineJob]:
-        counts[result["status"]] += 1
-        if result["status"] == ABANDONED:
+    def on_result(job: HeadlineJob, status: Status, result: dict) -> list[HeadlineJob]:
+        if status is Status.ABANDONED:
             print(f"{job.label}: abandoned at the deadline", flush=True)
+        if status in (Status.ABANDONED, Status.FAILED):
             return []
-        if result["status"] == FAILED:
-            print(f"{job.label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
-            return []
-        if result["status"] == DIVERGED:
+        if status is Status.DIVERGED:
             entry = diverged_entry(job)
             print(f"{job.label}: diverged before its first validation ({result['error']})", flush=True)
         else:
             record = result["record"]
-            entry = {**manifest_entry(record), "jobs_per_device": jobs_per_device, "gpu_sharing": sharing_mode}
+            entry = {**manifest_entry(record), "jobs_per_device": jobs_per_device,
+                     "gpu_sharing": result["gpu_sharing"]}
             append_jsonl(records_path, record)
             append_jsonl(case_ranks_path, {key: entry[key] for key in ("record_id", "dataset", "model", "seed", "lr")}
                          | {"case_ranks": record["case_ranks"]})
             metrics = record["metrics"]
             expected.finished(job, metrics["wall_seconds"])
-            print(f"[{counts['finished']}] {job.label}: test AUC {metrics['test_auc']:.4f}, epochs "
+            print(f"[{campaign.counts['finished']}] {job.label}: test AUC {metrics['test_auc']:.4f}, epochs "
                   f"{metrics['epochs_run']} (best {metrics['best_epoch']}), {metrics['wall_seconds']:.0f} s, "
                   f"{metrics['train_tokens_per_s']:,.0f} tokens/s", flush=True)
-        append_jsonl(manifest_path, entry)
-        manifest.append(entry)
-        ready = plan.runnable(manifest, speculate)
+        manifest.add(entry)
+        ready = plan.runnable(manifest.entries, speculate)
         wanted.clear()
         wanted.update(j.label for j in ready)
-        follow_ups = order_jobs([j for j in ready if j.label not in queued], prior, plan.runnable(manifest))
+        follow_ups = order_jobs([j for j in ready if j.label not in queued], prior, plan.runnable(manifest.entries))
         queued.update(j.label for j in follow_ups)
         if follow_ups:
             print(f"{job.dataset}/{tuning.tuning_base(job.model)}: rate chosen or leading, {len(follow_ups)} "
                   f"run(s) queued", flush=True)
         return follow_ups
 
-    not_started = run_jobs(jobs, train_cell, workers, deadline, on_result, abandon_after=0,
-                           expected_seconds=expected if timed else None,
-                           cuda_devices=devices.cuda_devices, wanted=lambda job: job.label in wanted)
+    not_started = campaign.run(jobs, train_cell, on_result, abandon_after=0,
+                               expected_seconds=expected if timed else None, wanted=lambda job: job.label in wanted)
     passed_over = sum(job.label not in wanted for job in not_started)
-    counts["not started"], counts["passed over (guessed rate lost)"] = len(not_started) - passed_over, passed_over
-    print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)
-    return counts
-
-
-def merge_manifests(paths: list[Path]) -> list[dict]:
-    """The entries of ``paths`` in order, each record once (calls started from one base manifest repeat it)."""
-    entries, seen = [], set()
-    for path in paths:
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"manifest {path} does not exist")
-        for entry in read_jsonl(path):
-            if entry["record_id"] not in seen:
-                seen.add(entry["record_id"])
-                entries.append(entry)
-    return entries
+    campaign.counts["not started"] -= passed_over
+    campaign.counts["passed over (guessed rate lost)"] = passed_over
+    print(campaign.summary(), flush=True)
+    return campaign.counts
 
 
 def parse_overrides(pairs: list[str]) -> dict:
@@ -420,11 +410,16 @@ def command_run(args: argparse.Namespace) -> None:
                           f"{', '.join(registry.list_datasets())}")
     if args.seeds < 1:
         raise OptionError(f"option --seeds: must be >= 1, got {args.seeds}")
-    counts = run_headline(datasets, models, list(range(args.seeds)), args.out, args.workers, args.budget,
-                          args.device, parse_overrides(args.set), args.invocation, tuning.parse_grid(args.lr_grid),
-                          frozenset(resolve_models(args.eager_models, "--eager-models") if args.eager_models else ()),
-                          args.speculate)
-    if counts[FAILED]:
+    overrides, grid = parse_overrides(args.set), tuning.parse_grid(args.lr_grid)
+    eager_models = frozenset(resolve_models(args.eager_models, "--eager-models") if args.eager_models else ())
+    executor = executor_from_args(args, args.budget)
+    try:
+        counts = run_headline(datasets, models, list(range(args.seeds)), args.out, 1, args.budget,
+                              overrides=overrides, command=args.invocation, grid=grid, eager_models=eager_models,
+                              speculate=args.speculate, executor=executor, checkpoints=checkpoint_dir(args, executor))
+    finally:
+        executor.close()
+    if counts[Status.FAILED.value]:
         sys.exit(1)
 
 

@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 
 from ...training.compile import COMPILE_MODES
+from ..campaign import add_executor_options, executor_from_args
 from ...options import parse_seeds
 from ...paths import RESULTS_DIR
 from .grid import grid_runs, product_runs
@@ -91,10 +92,14 @@ def command_probe(args: argparse.Namespace) -> None:
         check_compiled_steps(runs, args.compile, args.device)
         return
     command = command_line(args)
-    result = run_probes(runs, Path(args.out), device=args.device, workers=args.workers,
-                        time_budget=args.time_budget, command=command, log_mlflow=not args.no_mlflow,
-                        checkpoint_limit=None if args.checkpoint_limit is None else int(args.checkpoint_limit * 2**20),
-                        compile=args.compile, start_margin=args.start_margin)
+    limit = None if args.checkpoint_limit is None else int(args.checkpoint_limit * 2**20)
+    executor = executor_from_args(args, args.time_budget, "--time-budget")
+    try:
+        result = run_probes(runs, Path(args.out), time_budget=args.time_budget, command=command,
+                            log_mlflow=not args.no_mlflow, checkpoint_limit=limit, compile=args.compile,
+                            start_margin=args.start_margin, executor=executor)
+    finally:
+        executor.close()
     if args.grid:
         table = write_grid_report(Path(args.out), command, result["unfinished"])
     else:
@@ -147,6 +152,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     probe.add_argument("--out", default=str(RESULTS_DIR),
                        help="folder of probes.md, probes_manifest.jsonl, probes_checkpoints.pt")
     probe.add_argument("--no-mlflow", action="store_true", help="do not log runs to MLflow")
+    add_executor_options(probe)
     probe.add_argument("--log-manifest", action="store_true",
                        help="only log the finished runs of --out's manifest to MLflow (after a --no-mlflow run)")
     probe.set_defaults(func=command_probe)

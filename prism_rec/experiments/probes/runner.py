@@ -1,4 +1,5 @@
-"""Run many planned probes (``grid.ProbeRun``), in parallel worker processes sharing one device, within a budget.
+"""Run many planned probes (``grid.ProbeRun``) as a campaign (campaign.py: worker processes sharing one device,
+or a Dask cluster's workers), within a budget.
 
 Finished runs go to the manifest (``<out>/probes_manifest.jsonl``) and to MLflow (experiment "probes",
 one run per (task, model, seed); ``log_manifest_to_mlflow`` adds runs made where MLflow is absent) as
@@ -23,11 +24,10 @@ import torch
 
 from ...training.checkpoint import save_atomically
 from ...training.compile import resolve_compile
-from ..jobs import ABANDONED, WorkerDevices, run_jobs
+from ..campaign import Campaign, Executor, LocalExecutor, Manifest, Status, deadline_after
 from ...tracking.store import experiment_id, git_commit, machine_description
-from ...training.devices import check_devices
 from .grid import ProbeRun
-from .manifest import CHECKPOINTS_NAME, MANIFEST_NAME, PROTOCOL, entry_identity, load_manifest, save_manifest
+from .manifest import CHECKPOINTS_NAME, MANIFEST_NAME, PROTOCOL, entry_identity, load_manifest
 from .tasks import TASKS
 from .train import ProbeJob, train_probe
 
@@ -90,41 +90,40 @@ def log_manifest_to_mlflow(out_dir: Path, command: str) -> int:
 
 def run_probes(runs: list[ProbeRun], out_dir: Path, device: str = "auto", workers: int = 1,
                time_budget: float | None = None, command: str = "", log_mlflow: bool = True,
-               checkpoint_limit: int | None = None, compile: str = "off", start_margin: float = 0.0) -> dict:
-    """Train every run of ``runs`` not yet in the manifest, in order; returns counts per status and the
-    labels of the runs left unfinished. No run starts within ``start_margin`` seconds of the budget's end:
-    a run checks the deadline only between steps, and its first step (compilation) can take that long."""
-    if workers < 1:
-        raise ValueError(f"option --workers: must be >= 1, got {workers}")
-    if time_budget is not None and time_budget <= 0:
-        raise ValueError(f"option --time-budget: must be > 0 seconds, got {time_budget}")
+               checkpoint_limit: int | None = None, compile: str = "off", start_margin: float = 0.0,
+               executor: Executor | None = None) -> dict:
+    """Train every run of ``runs`` not yet in the manifest, in order, on ``executor`` (default: a local pool
+    of ``workers`` processes on ``device``); returns counts per status and the labels of the runs left
+    unfinished. No run starts within ``start_margin`` seconds of the budget's end: a run checks the
+    deadline only between steps, and its first step (compilation) can take that long."""
     if start_margin < 0:
         raise ValueError(f"option --start-margin: must be >= 0 seconds, got {start_margin}")
+    deadline = deadline_after(time_budget, "--time-budget")
+    executor = executor or LocalExecutor(workers, device)
     out_dir = Path(out_dir)
-    devices = WorkerDevices(check_devices(device))
-    step_mode = resolve_compile(compile, torch.device(devices.names[0]))
-    deadline = time.time() + time_budget if time_budget is not None else float("inf")
-    manifest = load_manifest(out_dir)
-    finished = {entry_identity(entry) for entry in manifest}
+    step_mode = (resolve_compile(compile, torch.device(executor.devices.names[0]))
+                 if isinstance(executor, LocalExecutor) else f"{compile} (as each worker's device allows)")
+    manifest = Manifest(out_dir / MANIFEST_NAME, key=entry_identity)
+    finished = manifest.keys()
     checkpoints = _load_checkpoints(out_dir)
-    pending = [ProbeJob(run.task, run.model, run.seed, run.settings, devices.job_device, deadline,
+    pending = [ProbeJob(run.task, run.model, run.seed, run.settings, executor.job_device, deadline,
                         checkpoints.get(run.identity), run.profile, run.label, compile)
                for run in runs if run.identity not in finished]
-    counts = {"skipped (already in manifest)": len(runs) - len(pending),
-              "finished": 0, "paused": 0, "abandoned": 0, "failed": 0, "not started": 0}
+    campaign = Campaign(executor, deadline, {"skipped (already in manifest)": len(runs) - len(pending)},
+                        (Status.FINISHED, Status.PAUSED, Status.ABANDONED, Status.FAILED))
+    counts = campaign.counts
     unfinished: list[str] = []
     total = len(pending)
-    print(f"{total} probe runs to do on {devices.describe()} with {workers} worker(s), compile {step_mode}"
+    print(f"{total} probe runs to do on {executor.describe()}, compile {step_mode}"
           f"{f', budget {time_budget:.0f} s' if time_budget else ''}; {counts['skipped (already in manifest)']} "
           f"already in {out_dir}", flush=True)
 
     def late() -> str:
         return f", {time.time() - deadline:.1f} s after the deadline"
 
-    def record(job: ProbeJob, result: dict) -> None:
+    def record(job: ProbeJob, status: Status, result: dict) -> None:
         identity = job.identity
-        counts[result["status"]] += 1
-        if result["status"] == "finished":
+        if status is Status.FINISHED:
             entry = {"task": job.task, "task_version": TASKS[job.task].version, "protocol": PROTOCOL,
                      "model": job.model, "seed": job.seed, "profile": job.profile,
                      "settings": job.settings.as_dict(), "accuracy": result["accuracy"],
@@ -134,8 +133,7 @@ def run_probes(runs: list[ProbeRun], out_dir: Path, device: str = "auto", worker
                      "machine": machine_description(torch.device(result["device"])), "git_commit": git_commit(),
                      "torch_version": torch.__version__,
                      "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-            manifest.append(entry)
-            save_manifest(out_dir, manifest)
+            manifest.add(entry)
             if checkpoints.pop(identity, None) is not None:
                 _save_checkpoints(out_dir, checkpoints)
             if log_mlflow:
@@ -145,7 +143,7 @@ def run_probes(runs: list[ProbeRun], out_dir: Path, device: str = "auto", worker
                   flush=True)
             return
         unfinished.append(job.label)
-        if result["status"] == "paused":
+        if status is Status.PAUSED:
             kept = sum(len(blob) for key, blob in checkpoints.items() if key != identity)
             if checkpoint_limit is not None and kept + len(result["checkpoint"]) > checkpoint_limit:
                 checkpoints.pop(identity, None)
@@ -155,18 +153,13 @@ def run_probes(runs: list[ProbeRun], out_dir: Path, device: str = "auto", worker
                 checkpoints[identity] = result["checkpoint"]
                 print(f"{job.label}: paused at step {result['step']}{late()} (checkpoint kept)", flush=True)
             _save_checkpoints(out_dir, checkpoints)
-        elif result["status"] == ABANDONED:
+        elif status is Status.ABANDONED:
             resumes = "resumes from its previous checkpoint" if identity in checkpoints else "starts over"
             print(f"{job.label}: not paused {PAUSE_GRACE_SECONDS:.0f} s after the deadline (its step still running, "
                   f"most likely compiling), abandoned; it {resumes} next time", flush=True)
-        else:
-            print(f"{job.label}: FAILED {result['error']}\n{result['traceback']}", flush=True)
 
-    not_started = run_jobs(pending, train_probe, workers, deadline, record,
-                           abandon_after=PAUSE_GRACE_SECONDS,
-                           expected_seconds=(lambda job: start_margin) if start_margin else None,
-                           cuda_devices=devices.cuda_devices)
-    counts["not started"] = len(not_started)
+    not_started = campaign.run(pending, train_probe, record, abandon_after=PAUSE_GRACE_SECONDS,
+                               expected_seconds=(lambda job: start_margin) if start_margin else None)
     unfinished += [job.label for job in not_started]
-    print(", ".join(f"{name}: {count}" for name, count in counts.items()), flush=True)
+    print(campaign.summary(), flush=True)
     return {"counts": counts, "unfinished": unfinished}
