@@ -5,7 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 TRITON_SPEC ?= triton==3.7.1
-# recbole goes in without its dependency list (pyproject.toml says why); prism_rec/data/sources.py names this pin.
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu takes PyTorch's CPU-only build from its own index (PyPI's
+# Linux build for 3.12/3.13 carries CUDA's libraries; README, "Set-up").
+TORCH_INDEX ?=
+# recbole goes in without its dependency list (pyproject.toml says why); prism_rec/data/movielens.py names this pin.
 RECBOLE_SPEC ?= recbole==1.2.1
 # The other Pythons whose resolution `make check-deps` (and CI) checks without installing anything.
 CHECK_PYTHONS ?= 3.12 3.13
@@ -49,7 +52,8 @@ BENCH_LAUNCHER = $(if $(NPROC),$(BIN)/torchrun $(TORCHRUN_ARGS) --nproc-per-node
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip "setuptools<81" wheel
-	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)" "$(TRITON_SPEC)"
+	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --extra-index-url \
+		https://pypi.org/simple) "$(TORCH_SPEC)" "$(TRITON_SPEC)"
 	$(BIN)/python -m pip install --quiet --no-build-isolation -e ".[test,recbole]"
 	$(BIN)/python -m pip install --quiet --no-deps "$(RECBOLE_SPEC)"
 	touch $(STAMP)
