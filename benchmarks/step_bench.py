@@ -30,11 +30,11 @@ results/step.md (the floor, the ratios, the verified compile modes) is made on t
         --warmup 6 --steps 15 --cell-seconds 2 --out-dir results
 
 Every cell is caught on its own (its status says why it failed) and the files are rewritten after every
-cell, so a run cut short keeps what it measured; once --time-budget seconds have passed, the cells not
-started are recorded as skipped. Writes <out>/step.md, step.csv and step.json (everything, for
---merge), and with --datasets <out>/solo_throughput.csv (the rows of the last --solo-compile mode, the
-one a grid would train with). ``--merge DIR,DIR,...`` makes one report of runs made side by side, one
-per GPU:
+cell, so a run cut short keeps what it measured (the modes of --compile in turn, each at every shape); once
+--time-budget seconds have passed, the cells not started are recorded as skipped. Writes <out>/step.md,
+step.csv and step.json (everything, for --merge), and with --datasets <out>/solo_throughput.csv (the rows of
+the last --solo-compile mode, the one a grid would train with). ``--merge DIR,DIR,...`` makes one report of
+runs made side by side, one per GPU:
 
     CUDA_VISIBLE_DEVICES=0 python benchmarks/step_bench.py --lengths 50 ... --out-dir /tmp/a &
     CUDA_VISIBLE_DEVICES=1 python benchmarks/step_bench.py --lengths 200 ... --out-dir /tmp/b & wait
@@ -53,7 +53,9 @@ from pathlib import Path
 
 import torch
 
+from prism_rec.paths import TEMPLATES_DIR
 from prism_rec.registry import backbone_entry, list_backbones
+from prism_rec.tracking.markdown import fill
 from prism_rec.tracking.store import machine_description, triton_version
 from prism_rec.training.compile import resolve_compile
 from prism_rec.training.devices import resolve_device
@@ -225,18 +227,12 @@ def usable_loss_paths(option: str, device: torch.device) -> list[str]:
 
 def report_header(args: argparse.Namespace, device: torch.device, command: str,
                   shapes: list[tuple[int, int]]) -> list[str]:
-    return [f"# Training step: {machine_description(device)}", "",
-            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; triton "
-            f"{triton_version()}; {dtype_label(device)}; command `{command}`.",
-            f"One step = the training step of prism_rec/training/step.py, the one `fit` trains with (forward, "
-            f"backward, AdamW; full softmax through prism_rec.training.losses), batch x length "
-            f"{', '.join(f'{b} x {t}' for b, t in shapes)}, {args.items:,} items, d_model {args.d_model}, "
-            f"{args.n_layers} layers, {args.n_heads} heads, random full windows; median wall time of up to "
-            f"{args.steps} steps after {args.warmup} warm-up steps, synchronised per step; peak = "
-            f"torch.cuda.max_memory_allocated. Compile modes (prism_rec/training/compile.py): off = eager; inductor "
-            f"= the encoder through torch.compile (TorchInductor); cudagraphs = the same replayed as CUDA graphs; "
-            f"graphs = the eager kernels, unfused, replayed as CUDA graphs; compiled steps use fused AdamW on CUDA. "
-            f"The warm-up steps include the compilation, which the timed steps do not."]
+    text = fill(TEMPLATES_DIR / "step_header.md", machine=machine_description(device),
+                when=f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}", torch=torch.__version__,
+                triton=triton_version(), dtype=dtype_label(device), command=command,
+                shapes=", ".join(f"{b} x {t}" for b, t in shapes), items=f"{args.items:,}", d_model=args.d_model,
+                n_layers=args.n_layers, n_heads=args.n_heads, steps=args.steps, warmup=args.warmup)
+    return text.split("\n")
 
 
 def startup_checks(args: argparse.Namespace, device: torch.device, loss_paths: list[str],
@@ -264,33 +260,37 @@ def startup_checks(args: argparse.Namespace, device: torch.device, loss_paths: l
 
 def measure_step_cells(report: Report, args: argparse.Namespace, models: list[str], shapes: list[tuple[int, int]],
                        loss_paths: list[str], compile_modes: list[str], device: torch.device, budget: Budget) -> None:
-    """Every step cell, in the order a run cut short should keep: the first shape (the floor first), its
-    profiles (TorchInductor's cache holds their compiled graphs by then), Books scale, the other shapes."""
+    """Every step cell, in the order a run cut short should keep: the modes of --compile in turn, each at
+    every shape (the floor first); then the profiles at the first shape, then Books scale. "auto" is resolved
+    per backbone, and a mode that resolves to one measured already is not measured again."""
     table_models = [FLOOR, *models] if args.floor else models
+    done = set()
 
-    def modes(backbone: str) -> list[str]:
-        return list(dict.fromkeys(resolve_compile(mode, device, backbone=backbone) for mode in compile_modes))
+    def measure(section: str, backbones: list[str], items: int, cells_shapes: list[tuple[int, int]],
+                mode: str) -> None:
+        for batch, length in cells_shapes:
+            for backbone in backbones:
+                for path in loss_paths:
+                    resolved = resolve_compile(mode, device, backbone=backbone)
+                    if (section, backbone, batch, length, path, resolved) not in done:
+                        done.add((section, backbone, batch, length, path, resolved))
+                        report.rows.append(step_cell(section, backbone, items, batch, length, path, resolved, args,
+                                                     device, budget))
+                        report.write()
 
-    def measure(cells: list[tuple[str, str, int, int, int]]) -> None:
-        for section, backbone, items, batch, length in cells:
-            for path in loss_paths:
-                for mode in modes(backbone):
-                    report.rows.append(step_cell(section, backbone, items, batch, length, path, mode, args, device,
-                                                 budget))
-                    report.write()
-
-    measure([("step", backbone, args.items, *shape) for shape in shapes[:1] for backbone in table_models])
+    for mode in compile_modes:
+        measure("step", table_models, args.items, shapes, mode)
     for backbone in models if args.profile_steps and shapes and loss_paths else []:
-        for mode in modes(backbone):
+        for mode in dict.fromkeys(resolve_compile(m, device, backbone=backbone) for m in compile_modes):
             if not budget.spent():
                 batch, length = shapes[0]
                 shape = {"model": backbone, "seq_len": length, "loss_path": loss_paths[0], "compile": mode}
                 report.profiles.append({**shape, **profile_backbone(backbone, args.items, batch, length,
                                                                     loss_paths[0], mode, args, device)})
                 report.write()
-    measure([("books", backbone, args.books_items, args.batch_size, args.books_length)
-             for backbone in parse_list(args.books_models, models)])
-    measure([("step", backbone, args.items, *shape) for shape in shapes[1:] for backbone in table_models])
+    for mode in compile_modes:
+        measure("books", parse_list(args.books_models, models), args.books_items, [(args.batch_size,
+                                                                                     args.books_length)], mode)
 
 
 def trained_backbones(names: list[str]) -> list[str]:

@@ -4,7 +4,8 @@ per backbone the fastest compiled mode that passed its check against eager (comp
 
 from __future__ import annotations
 
-from prism_rec.tracking.markdown import pipe_table
+from prism_rec.paths import TEMPLATES_DIR
+from prism_rec.tracking.markdown import fill, pipe_table
 
 FLOOR = "floor"
 REFERENCE = "sasrec"
@@ -70,11 +71,7 @@ def floor_sections(rows: list[dict], verified: list) -> list[str]:
     if not shapes:
         return []
     models = [FLOOR, *dict.fromkeys(r["model"] for r in rows if r["model"] != FLOOR)]
-    lines = ["## Against the floor and sasrec", "",
-             "The floor is the same training step with an identity mixer (item embedding, final norm, fused loss, "
-             "AdamW; benchmarks/step_timing.py), measured in this run. Compiled: the backbone's fastest compiled "
-             "mode whose encoder passed the check against eager above (a mode not checked is marked unchecked); "
-             "its ratio to the floor is to the floor in the same mode.", ""]
+    lines = [fill(TEMPLATES_DIR / "step_floor.md"), ""]
     for shape in shapes:
         batch, length, items, path = shape
         lines += [f"### {batch} x {length}, {items:,} items, {path} loss", "",
@@ -82,8 +79,5 @@ def floor_sections(rows: list[dict], verified: list) -> list[str]:
                               "/ floor", "/ sasrec"], floor_table(timed, passed, shape, models), align="lrrrlrrr"), ""]
     modes = verified_modes(timed, passed)
     if modes:
-        lines += ["## Verified compile modes", "",
-                  "Per backbone, the compiled mode that passed its check and took the least time over the shapes "
-                  "above (eager where none passed); the table VERIFIED_MODES of prism_rec/training/compile.py is "
-                  f"taken from here: `{modes}`.", ""]
+        lines += [fill(TEMPLATES_DIR / "step_verified.md", modes=modes), ""]
     return lines

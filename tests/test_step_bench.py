@@ -209,8 +209,8 @@ def test_floor_ratios_and_verified_modes(step_bench, tmp_path, monkeypatch):
                      "off,inductor", "--check-compiled", "sasrec", "--out-dir", str(tmp_path)])
     steps = list(csv.DictReader((tmp_path / "step.csv").open()))
     assert [(r["model"], r["batch_size"], r["seq_len"], r["compile"]) for r in steps][:4] == [
-        ("floor", "3", "6", "off"), ("floor", "3", "6", "inductor"), ("sasrec", "3", "6", "off"),
-        ("sasrec", "3", "6", "inductor")]
+        ("floor", "3", "6", "off"), ("sasrec", "3", "6", "off"), ("gated_deltanet", "3", "6", "off"),
+        ("floor", "1", "12", "off")]  # every shape eager, then every shape compiled
     assert len(steps) == 12 and {r["status"] for r in steps} == {"ok"}
     ms = {(r["model"], r["batch_size"], r["compile"]): float(r["step_ms"]) for r in steps}
     report = (tmp_path / "step.md").read_text()

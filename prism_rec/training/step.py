@@ -58,7 +58,7 @@ class NextItemObjective(nn.Module):
         inputs, following = window[:, :-1], window[:, 1:]
         hidden = self.encode(inputs).flatten(0, 1)  # [B T, d]
         trained = ((inputs > 0) & (following > 0)).flatten()  # [B T]
-        rows = torch.argsort(~trained, stable=True)[:targets]  # [N]: the trained positions in order
+        rows = torch.argsort((~trained).byte(), stable=True)[:targets]  # [N]: the trained positions in order
         hidden, following = hidden[rows], following.flatten()[rows]  # [N, d], [N]
         table = self.model.item_table()  # [I, d]
         if self.config.loss == "full":  # fused Triton kernels on CUDA, chunked logits elsewhere (losses.py)

@@ -33,4 +33,7 @@ def test_one_step_is_the_direct_computation():
     optimizer.step()
     torch.testing.assert_close(loss_sum, expected, rtol=1e-6, atol=1e-5)
     for (name, parameter), moved in zip(reference.named_parameters(), model.parameters()):
-        torch.testing.assert_close(moved, parameter, rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(moved.grad, parameter.grad, rtol=1e-4, atol=1e-7, msg=name)
+        # Adam's first step is lr * sign(gradient) where the gradient is well above its eps
+        clear = parameter.grad.abs() > 1e-4
+        torch.testing.assert_close(moved[clear], parameter[clear], rtol=1e-6, atol=1e-6, msg=name)
