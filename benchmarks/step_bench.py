@@ -27,7 +27,9 @@ results/step.md (the floor, the ratios, the verified compile modes) is made on t
     python benchmarks/step_bench.py --models sasrec,transformer++,gated_deltanet,prism,mamba2 --floor \
         --shapes 256x50,256x200,12x4096,3x16384 --loss-path fused --compile off,graphs,cudagraphs \
         --check-compiled sasrec,transformer++,gated_deltanet,prism,mamba2 --books-models= --profile-steps 0 \
-        --warmup 6 --steps 15 --cell-seconds 2 --out-dir results
+        --warmup 6 --steps 15 --cell-seconds 2 --time-budget 480 --out-dir "$OUT/step"
+
+(or its shapes split over two GPUs and merged, below).
 
 Every cell is caught on its own (its status says why it failed) and the files are rewritten after every
 cell, so a run cut short keeps what it measured (the modes of --compile in turn, each at every shape); once
