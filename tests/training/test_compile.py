@@ -14,6 +14,7 @@ import torch
 from prism_rec.training.compile import (VERIFIED_MODES, CompiledEncoder, auto_compile, compiled_gaps, gaps_to_eager,
                                         optimizer_options, resolve_compile, training_encoder)
 from prism_rec.models.recommender import SequentialRecommender
+from prism_rec.registry import list_backbones
 from prism_rec.training.config import TrainConfig
 
 
@@ -33,6 +34,7 @@ def test_resolve_compile():
 def test_auto_is_the_verified_mode_of_the_backbone_and_says_why_it_falls_back():
     cuda = torch.device("cuda")
     assert set(VERIFIED_MODES.values()) <= {"inductor", "cudagraphs", "graphs"}
+    assert set(VERIFIED_MODES) <= set(list_backbones())  # a renamed backbone would silently train eager
     assert auto_compile("sasrec", cuda) == (VERIFIED_MODES["sasrec"], auto_compile("sasrec", cuda)[1])
     mode, reason = auto_compile("not-verified", cuda)
     assert mode == "off" and "no compiled mode of not-verified is verified" in reason and "VERIFIED_MODES" in reason
