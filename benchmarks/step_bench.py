@@ -63,11 +63,10 @@ from prism_rec.training.compile import resolve_compile
 from prism_rec.training.devices import resolve_device
 from prism_rec.training.losses import resolve_path
 from step_checks import check_compiled, check_fused, check_host_syncs
-from step_floor import FLOOR
 from step_report import Report, merge, step_markdown
 from step_solo import measure_solo
-from step_timing import (Budget, bench_step, dtype_label, failure, peak_memory_gib, profile_steps, random_windows,
-                         reset_memory, timed_steps)
+from step_timing import (FLOOR, Budget, bench_step, dtype_label, failure, peak_memory_gib, profile_steps,
+                         random_windows, reset_memory, timed_steps)
 
 TOP_OPERATORS = 8
 

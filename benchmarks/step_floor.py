@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from prism_rec.paths import TEMPLATES_DIR
 from prism_rec.tracking.markdown import fill, pipe_table
+from step_timing import FLOOR
 
-FLOOR = "floor"
 REFERENCE = "sasrec"
 
 
