@@ -11,15 +11,18 @@ import torch
 
 from prism_rec.training import compile as compile_module
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "step_bench.py"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def step_bench():
-    spec = importlib.util.spec_from_file_location("step_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """benchmarks/step_bench.py as its command line imports it: its sibling modules importable."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(BENCHMARKS))
+        spec = importlib.util.spec_from_file_location("step_bench", BENCHMARKS / "step_bench.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
 
 
 def test_step_bench_on_cpu(step_bench, tmp_path, capsys):
@@ -52,21 +55,18 @@ def test_solo_speed_is_the_median_step_over_full_batches(step_bench, monkeypatch
     """One slow step (a kernel tuned again) leaves the solo figure alone, and the epoch's last, smaller batch
     (another shape) is never timed."""
     seen = []
+    import step_solo
 
-    class Trainer:
-        def __init__(self, *args):
-            pass
-
-    def timed_steps(trainer, batches, warmup, steps, cell_seconds):
+    def timed_steps(step, batches, warmup, steps, cell_seconds):
         seen.extend(len(batch) for batch in batches)
         return [10.0, 400.0, 12.0]
 
-    monkeypatch.setattr(step_bench, "Trainer", Trainer)
-    monkeypatch.setattr(step_bench, "timed_steps", timed_steps)
+    monkeypatch.setattr(step_solo, "bench_step", lambda *args: SimpleNamespace(compile="off"))
+    monkeypatch.setattr(step_solo, "timed_steps", timed_steps)
     windows = torch.ones(10, 5, dtype=torch.long)  # 10 windows of 4 targets each: batches of 4, 4 and 2
     dataset = SimpleNamespace(name="tiny", n_items=3)
     args = SimpleNamespace(batch_size=4, solo_warmup=1, solo_steps=3, cell_seconds=1.0, solo_loss_path="chunked")
-    row = step_bench.solo_cell(dataset, windows, "sasrec", "off", args, torch.device("cpu"), "cmd",
+    row = step_solo.solo_cell(dataset, windows, "sasrec", "off", args, torch.device("cpu"), "cmd",
                                step_bench.Budget(60.0))
     assert seen == [4, 4]
     assert (row["step_ms"], row["step_ms_max"]) == ("12.000", "400.000")
@@ -99,11 +99,11 @@ def test_compiled_and_eager_columns_speedups_and_time_budget(step_bench, tmp_pat
     steps = list(csv.DictReader((tmp_path / "step.csv").open()))
     assert [(r["compile"], r["status"]) for r in steps] == [("off", "ok"), ("inductor", "ok")]
     report = (tmp_path / "step.md").read_text()
-    assert "compile off | T 6, 50 items, chunked, compile inductor |" in report
+    assert "compile off | 2 x 6, 50 items, chunked, compile inductor |" in report
     assert "- gated_deltanet, compile inductor: relative gap of the output " in report
-    assert "Speed-up of the compiled step over eager: gated_deltanet T 6 chunked inductor " in report
-    assert "All 1 backbones measured both ways at T 6 (chunked), one step of each: eager " in report
-    assert "Warm-up seconds of the compiled cells (compilation included): gated_deltanet T 6 inductor " in report
+    assert "Speed-up of the compiled step over eager: gated_deltanet 2 x 6 chunked inductor " in report
+    assert "All 1 backbones measured both ways at 2 x 6 (chunked), one step of each: eager " in report
+    assert "Warm-up seconds of the compiled cells (compilation included): gated_deltanet 2 x 6 inductor " in report
     assert float(steps[1]["warmup_s"]) > 0
     step_bench.main(["--device", "cpu", "--items", "50", "--models", "sasrec", "--lengths", "6", "--batch-size", "2",
                      "--d-model", "8", "--books-models", "", "--loss-path", "chunked", "--time-budget", "0",
@@ -125,7 +125,9 @@ def test_grid_speedup_from_solo_rows(step_bench):
     rows = [{"dataset": d, "model": m, "compile": c, "step_ms": ms} for d, m, c, ms in [
         ("a", "x", "off", "10"), ("a", "x", "cudagraphs", "4"), ("a", "y", "off", "30"), ("a", "y", "cudagraphs", "16"),
         ("b", "x", "off", "8"), ("b", "x", "cudagraphs", "2"), ("b", "y", "off", "5")]]
-    [line] = step_bench.grid_speedup_lines(rows)
+    import step_report
+
+    [line] = step_report.grid_speedup_lines(rows)
     assert "compile cudagraphs over eager" in line and "2.18x over all" in line
     assert "a 2.00x (2 backbones); b 4.00x (1 backbones)" in line
 
@@ -140,7 +142,9 @@ def test_check_only_exits_1_on_a_compiled_gap_or_failure(step_bench, tmp_path, m
         return exit_.value.code
 
     gaps = {"output": 1e-7, "gradients": 2e-5, "worst": "w"}
-    monkeypatch.setattr(step_bench, "gaps_to_eager", lambda model, mode, items: gaps)
+    import step_checks
+
+    monkeypatch.setattr(step_checks, "gaps_to_eager", lambda model, mode, items: gaps)
     assert check("sasrec,pop") == 0
     assert "- sasrec, compile inductor: relative gap of the output 1.0e-07, of the gradients 2.0e-05 (worst: w)\n" \
         in capsys.readouterr().out
@@ -152,6 +156,72 @@ def test_check_only_exits_1_on_a_compiled_gap_or_failure(step_bench, tmp_path, m
     def broken(model, mode, items):
         raise RuntimeError("graph break")
 
-    monkeypatch.setattr(step_bench, "gaps_to_eager", broken)
+    monkeypatch.setattr(step_checks, "gaps_to_eager", broken)
     assert check("sasrec") == 1 and "failed: RuntimeError: graph break" in capsys.readouterr().out
     assert not (tmp_path / "step.md").exists()
+
+
+def test_the_trainer_and_the_step_benchmark_run_the_same_step(step_bench, tmp_path, monkeypatch):
+    """fit, the step benchmark and the throughput sweep all train through TrainingStep.__call__ (one
+    definition of the step: model, loss, autocast, backward, optimizer)."""
+    from prism_rec.data.batching import training_windows
+    from prism_rec.data.sources import load_dataset
+    from prism_rec.experiments.throughput import measure, shapes
+    from prism_rec.training import step as step_module
+    from prism_rec.training.config import TrainConfig
+    from prism_rec.training.trainer import fit
+
+    callers = []
+    original = step_module.TrainingStep.__call__
+
+    def recorded(self, windows, targets, scale):
+        callers.append(self)
+        return original(self, windows, targets, scale)
+
+    monkeypatch.setattr(step_module.TrainingStep, "__call__", recorded)
+    dataset = load_dataset("ml-100k")
+    config = TrainConfig(epochs=1, d_model=8, max_len=4, batch_size=4096, eval_batch_size=1024, progress=False,
+                         device="cpu")
+    fit(dataset, "sasrec", config)
+    assert config.compile == "off"  # "auto" resolved for the CPU, and recorded as such
+    trained = len(callers)
+    step_bench.main(["--device", "cpu", "--steps", "2", "--warmup", "1", "--items", "50", "--models", "sasrec",
+                     "--lengths", "4", "--batch-size", "2", "--d-model", "8", "--books-models", "",
+                     "--profile-steps", "0", "--loss-path", "chunked", "--out-dir", str(tmp_path)])
+    benchmarked = len(callers) - trained
+    configuration = shapes.Configuration(**{**shapes.CONFIGURATIONS["tiny"].__dict__, "warmup": 1, "steps": 1})
+    measure.measure_backbone("sasrec", configuration.shapes[0], configuration, torch.device("cpu"), None)
+    assert trained == -(-len(training_windows(dataset, 4)) // 4096) and benchmarked == 3  # 1 warm-up, 2 timed
+    assert len(callers) > trained + benchmarked
+    assert {type(caller) for caller in callers} == {step_module.TrainingStep}
+
+
+def test_floor_ratios_and_verified_modes(step_bench, tmp_path, monkeypatch):
+    """--floor with --shapes: the floor (identity mixer) is timed at every shape and mode, every backbone's
+    step is given as a ratio to it and to sasrec, eager and compiled (the compiled column only from modes whose
+    check passed), and the verified mode per backbone is named. torch.compile runs with "aot_eager"."""
+    inductor_function = compile_module.CompiledFunction
+    monkeypatch.setattr(compile_module, "CompiledFunction",
+                        lambda function, mode, backend=None: inductor_function(function, mode, "aot_eager"))
+    step_bench.main(["--device", "cpu", "--steps", "2", "--warmup", "1", "--items", "50", "--models",
+                     "sasrec,gated_deltanet", "--floor", "--shapes", "3x6,1x12", "--d-model", "8",
+                     "--books-models", "", "--profile-steps", "0", "--loss-path", "chunked", "--compile",
+                     "off,inductor", "--check-compiled", "sasrec", "--out-dir", str(tmp_path)])
+    steps = list(csv.DictReader((tmp_path / "step.csv").open()))
+    assert [(r["model"], r["batch_size"], r["seq_len"], r["compile"]) for r in steps][:4] == [
+        ("floor", "3", "6", "off"), ("sasrec", "3", "6", "off"), ("gated_deltanet", "3", "6", "off"),
+        ("floor", "1", "12", "off")]  # every shape eager, then every shape compiled
+    assert len(steps) == 12 and {r["status"] for r in steps} == {"ok"}
+    ms = {(r["model"], r["batch_size"], r["compile"]): float(r["step_ms"]) for r in steps}
+    report = (tmp_path / "step.md").read_text()
+    assert "batch x length 3 x 6, 1 x 12, 50 items" in report
+    assert "### 3 x 6, 50 items, chunked loss" in report and "### 1 x 12, 50 items, chunked loss" in report
+    sasrec_row = next(line for line in report.split("### 1 x 12")[1].splitlines() if line.startswith("| sasrec |"))
+    cells = [cell.strip() for cell in sasrec_row.strip("|").split("|")]
+    eager, compiled = ms[("sasrec", "1", "off")], ms[("sasrec", "1", "inductor")]
+    assert cells == ["sasrec", f"{eager:.2f}", f"{eager / ms[('floor', '1', 'off')]:.2f}x", "1.00x", "inductor",
+                     f"{compiled:.2f}", f"{compiled / ms[('floor', '1', 'inductor')]:.2f}x", "1.00x"]
+    gated_row = next(line for line in report.split("### 1 x 12")[1].splitlines()
+                     if line.startswith("| gated_deltanet |"))
+    assert "inductor unchecked" in gated_row  # gated_deltanet's compiled mode was not checked in this run
+    assert "VERIFIED_MODES of prism_rec/training/compile.py is taken from here: `{'sasrec': 'inductor'}`" in report

@@ -152,7 +152,7 @@ def run_settings(model: str, config: TrainConfig, device, distributed: bool = Fa
     resolves to, and every backbone option (:func:`backbone_options`) as ``backbone.<name>``."""
     params = {key: value for key, value in config.params().items() if not key.startswith("backbone.")}
     params.update(device=str(device), precision=config.precision if device.type == "cuda" else "fp32",
-                  compile=resolve_compile(config.compile, device, distributed))
+                  compile=resolve_compile(config.compile, device, distributed, model))
     params.update({f"backbone.{key}": value for key, value in sorted(backbone_options(model, config).items())})
     return params
 

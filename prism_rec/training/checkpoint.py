@@ -3,12 +3,17 @@ SIGHUP.
 
 A checkpoint is one ``torch.save`` file of plain containers and tensors (loadable with
 ``weights_only=True``), written under a temporary name and moved into place with ``os.replace``, so an
-interruption at any moment leaves either the previous complete file or the new complete file.
+interruption at any moment leaves either the previous complete file or the new complete file. A training
+checkpoint (``CHECKPOINT_FORMAT``, written by prism_rec/training/trainer.py) holds: "format", "config"
+(``TrainConfig.identity()``), "world_size", "data" (``data_signature``), "model" and "optimizer" (state
+dicts), "per_rank" (each rank's generator states and loss sum of the epoch so far) and "progress" (the
+loop state, the trainer's ``Progress`` as a dict); ``read_checkpoint`` checks it against the run that resumes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 import random
@@ -20,11 +25,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..data.core import ProcessedDataset
 from ..files import write_atomically
 from ..paths import PROJECT_ROOT
+from .config import TrainConfig
 
 CHECKPOINT_DIR = PROJECT_ROOT / "checkpoints"
 INTERRUPT_AFTER_BATCHES_ENV = "PRISM_REC_INTERRUPT_AFTER_BATCHES"
+CHECKPOINT_FORMAT = "prism-rec-training-1"
 
 
 def checkpoint_file(dataset: str, model: str, seed: int, run_hash: str, root: Path = CHECKPOINT_DIR) -> Path:
@@ -47,6 +55,35 @@ def load(path: Path) -> dict:
         raise FileNotFoundError(f"checkpoint {path} does not exist") from None
     except Exception as error:
         raise ValueError(f"checkpoint {path} cannot be read ({type(error).__name__}: {error})") from None
+
+
+def data_signature(dataset: ProcessedDataset) -> str:
+    """A hash of the processed sequences and cases: the data a checkpoint was trained on."""
+    digest = hashlib.blake2b(digest_size=8)
+    for array in (dataset.items, dataset.offsets, dataset.train_length, dataset.valid_cases, dataset.test_cases):
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def read_checkpoint(path: Path, dataset: ProcessedDataset, config: TrainConfig, world_size: int) -> dict:
+    """The training checkpoint at ``path``, checked to be one of ``config`` on ``dataset`` written by
+    ``world_size`` processes; a ValueError names the file and what is wrong (unreadable, foreign, other
+    settings or data)."""
+    state = load(path)
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"checkpoint {path}: not a prism-rec training checkpoint (format {found!r})")
+    if state["config"] != config.identity():
+        changed = sorted(k for k in {**state["config"], **config.identity()}
+                         if state["config"].get(k) != config.identity().get(k))
+        raise ValueError(f"checkpoint {path}: written with other settings ({', '.join(changed)})")
+    if state["world_size"] != world_size:
+        raise ValueError(f"checkpoint {path}: written by {state['world_size']} processes; "
+                         f"resume with NPROC={state['world_size']} (this run has {world_size})")
+    if state.get("data", data_signature(dataset)) != data_signature(dataset):
+        raise ValueError(f"checkpoint {path}: trained on other data (the dataset's files or processing changed "
+                         "since); delete it to train from scratch")
+    return state
 
 
 def capture_rng(generators: dict[str, torch.Generator]) -> dict:

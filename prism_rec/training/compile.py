@@ -12,7 +12,8 @@ Python, not by the GPU, so the gain is in fewer, fused launches. Modes (``TrainC
   ``"inductor"``;
 - ``"graphs"``: the eager kernels, unfused, replayed as CUDA graphs (torch.compile's "cudagraphs" backend:
   seconds to compile where TorchInductor takes tens); on CPU it is ``"off"``;
-- ``"auto"``: ``"cudagraphs"`` on CUDA in a single process, ``"off"`` elsewhere.
+- ``"auto"`` (the default): on CUDA in a single process, the backbone's fastest mode that passed the check
+  against eager (``VERIFIED_MODES``); eager for a backbone not in it, in a data-parallel world and on CPU.
 
 The loss (the fused full-softmax kernels over the real positions, whose number changes per batch) and the
 optimizer stay eager; with a compiled encoder AdamW runs fused on CUDA (``optimizer_options``). The encoder is
@@ -32,13 +33,40 @@ import torch.nn.functional as F
 
 COMPILE_MODES = ("off", "auto", "inductor", "cudagraphs", "graphs")
 
+# Per backbone, the fastest compiled mode whose encoder passed the check against eager on the H200
+# (compiled_gaps within benchmarks/step_bench.py's COMPILED_GAP_LIMIT, fp32, TF32 off). "graphs": every
+# backbone that benchmarks/headline_gpu.sh's check (step_bench.py --check-only --compile graphs) let train
+# compiled, results/headline_v2_manifest.jsonl (entries with compile "graphs"); "cudagraphs" where it was
+# also checked and its step was faster, results/step_compile.md. benchmarks/step_bench.py --floor prints
+# this table again from its own checks and timings ("Verified compile modes" in results/step.md).
+VERIFIED_MODES = {
+    "gated_deltanet": "graphs", "gdn-authors": "graphs", "hstu": "graphs", "mamba2": "graphs",
+    "mamba2-authors": "graphs", "prism": "cudagraphs", "prism-L0": "graphs", "prism-L1": "graphs",
+    "prism-authors": "graphs", "prism-eq18": "graphs", "prism-noconv": "graphs", "prism-nogain": "graphs",
+    "prism-nogelu": "graphs", "sasrec": "graphs", "titans": "graphs", "transformer++": "graphs",
+    "ttt-linear": "graphs", "ttt-mlp": "graphs",
+}
 
-def resolve_compile(mode: str, device: torch.device, distributed: bool = False) -> str:
-    """``mode`` made concrete for ``device``: "off", "inductor", "cudagraphs" or "graphs"."""
+
+def auto_compile(backbone: str | None, device: torch.device, distributed: bool = False) -> tuple[str, str]:
+    """The mode ``"auto"`` trains ``backbone`` in on ``device``, and why (for the log line)."""
+    if device.type != "cuda":
+        return "off", f"eager on {device.type}"
+    if distributed:
+        return "off", "eager in a data-parallel world: no compiled mode is verified under DistributedDataParallel"
+    if backbone not in VERIFIED_MODES:
+        return "off", (f"eager: no compiled mode of {backbone} is verified against eager "
+                       "(VERIFIED_MODES, prism_rec/training/compile.py)")
+    return VERIFIED_MODES[backbone], "its fastest mode verified against eager (VERIFIED_MODES, compile.py)"
+
+
+def resolve_compile(mode: str, device: torch.device, distributed: bool = False, backbone: str | None = None) -> str:
+    """``mode`` made concrete for ``device`` (and for "auto", ``backbone``): "off", "inductor", "cudagraphs"
+    or "graphs"."""
     if mode not in COMPILE_MODES:
         raise ValueError(f"option --compile: {mode!r} is not one of {COMPILE_MODES}")
     if mode == "auto":
-        return "cudagraphs" if device.type == "cuda" and not distributed else "off"
+        return auto_compile(backbone, device, distributed)[0]
     if device.type != "cuda":
         return {"cudagraphs": "inductor", "graphs": "off"}.get(mode, mode)
     return mode

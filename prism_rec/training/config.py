@@ -35,8 +35,9 @@ class TrainConfig:
     progress: bool = True
     backbone_options: dict = field(default_factory=dict)
     precision: str = "bf16"
-    # the training step through torch.compile (prism_rec/training/compile.py): off, auto, inductor, cudagraphs, graphs
-    compile: str = "off"
+    # the training step through torch.compile (prism_rec/training/compile.py): auto (the fastest mode verified for
+    # the backbone on CUDA, eager elsewhere), off, inductor, cudagraphs, graphs
+    compile: str = "auto"
 
     def validate(self) -> None:
         if self.loss not in LOSSES:

@@ -19,6 +19,9 @@ Two paths, chosen by device (``path="auto"``) or explicitly:
   the GPU idle, the walk is split in parts whose partial results are combined in PyTorch (also
   deterministic). Any d up to 256 works (tiles are padded to a power of two); any N and I.
 
+Neither path reads a value back from the GPU (no ``.item()``, ``nonzero`` or boolean-mask indexing; sizes
+come from shapes), so a training step that calls it need not wait for the device (prism_rec/training/step.py).
+
 Both libraries we considered install with our pins (pure-Python wheels) but do not fit: Liger-Kernel
 0.8.5's fused linear cross-entropy still materialises the logits chunk by chunk, with chunks sized for
 wide hidden states (at d = 64 it takes 16-64 rows per chunk, a Python loop of hundreds to thousands of

@@ -3,14 +3,14 @@
 Next-item prediction at every position of every training window (``training_windows``); full softmax
 cross-entropy over all items (default) or sampled softmax with shared uniform negatives; AdamW; early
 stopping on validation AUC; the best weights are restored for the test evaluation. Runs can be
-checkpointed and resumed exactly, and trained data-parallel under torchrun.
+checkpointed and resumed exactly, and trained data-parallel under torchrun. The step itself is
+prism_rec/training/step.py's, the evaluation evaluation.py's and the checkpoint format checkpoint.py's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
 import math
 import resource
 import time
@@ -20,26 +20,22 @@ from typing import Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from ..data.batching import training_windows
+from ..data.core import ProcessedDataset
+from ..models.popularity import PopularityRecommender, training_counts
+from ..models.recommender import SequentialRecommender
+from ..registry import backbone_entry
+from .checkpoint import (CHECKPOINT_FORMAT, StopRequest, capture_rng, data_signature, read_checkpoint, restore_rng,
+                         save_atomically)
+from .compile import auto_compile
 from .config import TrainConfig
 from .devices import resolve_device
-from .checkpoint import StopRequest, capture_rng, load, restore_rng, save_atomically
-from .compile import optimizer_options, resolve_compile, training_encoder
-from ..data.batching import evaluation_batch, training_windows
-from ..data.core import ProcessedDataset
 from .distributed import SINGLE_PROCESS, World
-from .losses import full_softmax_loss_sum
-from .metrics import METRIC_NAMES, MetricMeans, metrics_from_counts, target_counts
-from ..models.recommender import SequentialRecommender
-from .optim import parameter_groups
-from ..models.popularity import PopularityRecommender, training_counts
-from ..registry import backbone_entry
-
-CHECKPOINT_FORMAT = "prism-rec-training-1"
+from .evaluation import evaluate
+from .step import TrainingStep, to_device, trained_positions
 
 
 def build_model(dataset: ProcessedDataset, backbone: str,
@@ -52,71 +48,6 @@ def build_model(dataset: ProcessedDataset, backbone: str,
         dataset.n_items, backbone, d_model=config.d_model, max_len=config.max_len, dropout=config.dropout,
         n_layers=config.n_layers, n_heads=config.n_heads, **config.backbone_options,
     )
-
-
-class NextItemObjective(nn.Module):
-    """Summed next-item cross-entropy of a batch of windows; the module that DistributedDataParallel wraps.
-
-    ``forward(window [B, T + 1])`` returns (sum of the losses of the real positions, their number); the
-    caller divides by the number of positions of the whole (global) batch.
-    """
-
-    def __init__(self, model: SequentialRecommender, config: TrainConfig, generator: torch.Generator):
-        super().__init__()
-        self.model, self.config, self.generator = model, config, generator
-        # replaced by a compiled encoder when the step is compiled (prism_rec/training/compile.py)
-        self.encode = model.encode
-
-    def forward(self, window: torch.Tensor) -> tuple[torch.Tensor, int]:
-        inputs, targets = window[:, :-1], window[:, 1:]
-        hidden = self.encode(inputs)  # [B, T, d]
-        trained = (inputs > 0) & (targets > 0)  # [B, T]
-        hidden, targets = hidden[trained], targets[trained]  # [N, d], [N]
-        table = self.model.item_table()  # [I, d]
-        if self.config.loss == "full":  # fused Triton kernels on CUDA, chunked logits elsewhere (losses.py)
-            loss_sum = full_softmax_loss_sum(hidden, table, targets - 1)
-        else:
-            positive = (hidden * table[targets - 1]).sum(-1).float()  # [N]
-            negatives = torch.randint(1, self.model.n_items + 1, (self.config.n_negatives,), device=window.device,
-                                      generator=self.generator)
-            negative_logits = (hidden @ table[negatives - 1].t()).float()  # [N, k]
-            negative_logits = negative_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
-            logits = torch.cat([positive[:, None], negative_logits], dim=1)
-            loss_sum = F.cross_entropy(logits, torch.zeros_like(targets), reduction="sum")
-        return loss_sum, int(trained.sum())
-
-
-@torch.no_grad()
-def evaluate(model: SequentialRecommender, dataset: ProcessedDataset, cases: np.ndarray, config: TrainConfig,
-             device: torch.device, description: str = "eval", world: World = SINGLE_PROCESS,
-             case_ranks: dict | None = None) -> dict[str, float]:
-    """Full-ranking metrics of ``cases`` (user, position) rows, batched on ``device``; in a data-parallel
-    world every rank ranks its share of the cases and the metric sums and counts are added up. A
-    ``case_ranks`` dict receives every case's user and twice-rank (2 * above + tied others, case_ranks.py)
-    as arrays "users" and "twice_rank", in the order of ``cases``, and "n_items"."""
-    model.eval()
-    means = MetricMeans()
-    own_cases = world.share(cases)
-    own_ranks = []
-    batches = range(0, len(own_cases), config.eval_batch_size)
-    for start in tqdm(batches, desc=description, leave=False, disable=not (config.progress and world.is_main)):
-        histories, targets = evaluation_batch(dataset, own_cases[start : start + config.eval_batch_size],
-                                              config.max_len)
-        hidden = model.encode(torch.from_numpy(histories).to(device))[:, -1]  # [C, d]
-        with torch.autocast(device.type, enabled=False):  # bf16 scores would tie many items with the target
-            scores = model.score_all(hidden.float())  # [C, I]
-        above, tied_others = target_counts(scores, torch.from_numpy(targets - 1).to(device))  # [C] each
-        means.add(metrics_from_counts(above, tied_others, dataset.n_items))
-        if case_ranks is not None:
-            own_ranks.append((2 * above + tied_others).cpu().numpy())
-    if case_ranks is not None:
-        ranks = np.concatenate(world.gather_objects(np.concatenate(own_ranks) if own_ranks else np.zeros(0, np.int64)))
-        case_ranks.update(users=cases[:, 0].copy(), twice_rank=ranks, n_items=dataset.n_items)
-    if world.distributed:
-        totals = world.sum([means.sums[name] for name in METRIC_NAMES] + [means.count], device)
-        means = MetricMeans()
-        means.add_sums(dict(zip(METRIC_NAMES, totals[:-1])), int(totals[-1]))
-    return means.means()
 
 
 def set_seed(seed: int) -> None:
@@ -180,6 +111,8 @@ def fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig,
     rank trains on its share of every global batch of ``config.batch_size`` windows and rank 0 writes
     the checkpoint. ``config.precision`` "fp32" turns TF32 off while it trains (restored after). On the
     CPU, PyTorch's deterministic algorithms are on while it trains (see :func:`_deterministic`).
+    ``config.compile`` "auto" is replaced by the mode it resolves to for the backbone and device (compile.py's
+    ``auto_compile``, said on CUDA), so that what records the run after ``fit`` records the mode it trained in.
     """
     on_cpu = world.device(resolve_device(config.device)).type == "cpu"
     with _tf32_off(config.precision == "fp32"), _deterministic(on_cpu):
@@ -226,7 +159,12 @@ def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch
         torch.cuda.set_device(device)  # code that launches on the current device (Triton) follows the model
     set_seed(config.seed)
     model = build_model(dataset, backbone, config).to(device)
-    if not any(True for _ in model.parameters()):
+    trains = any(True for _ in model.parameters())
+    if config.compile == "auto":
+        config.compile, reason = auto_compile(backbone, device, world.distributed)
+        if trains and device.type == "cuda" and world.is_main:
+            print(f"compile auto: {backbone} trains with compile {config.compile} ({reason})", flush=True)
+    if not trains:
         return _evaluate_untrained(model, dataset, backbone, config, device, world)
     training = Training(dataset, backbone, config, model, device, world, checkpoint_path, resume)
     with StopRequest() as stop:
@@ -250,25 +188,18 @@ class Training:
                  device: torch.device, world: World, checkpoint_path: Path | None, resume: bool):
         self.dataset, self.backbone, self.config, self.model = dataset, backbone, config, model
         self.device, self.world, self.checkpoint_path = device, world, checkpoint_path
-        compile_mode = resolve_compile(config.compile, device, world.distributed)
-        self.optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.lr,
-                                           **optimizer_options(compile_mode, device))
+        self.step = TrainingStep(model, config, device, backbone, world)
+        self.optimizer = self.step.optimizer
         self.windows = torch.from_numpy(training_windows(dataset, config.max_len))  # [U', T + 1]
         if not len(self.windows):
             raise ValueError(f"{dataset.name}: no user has two training interactions")
-        self.targets_per_window = ((self.windows[:, :-1] > 0) & (self.windows[:, 1:] > 0)).sum(1)  # [U']
-        self.generators = {"shuffler": torch.Generator().manual_seed(config.seed),
-                           "sampler": torch.Generator(device=device).manual_seed(config.seed)}
+        self.targets_per_window = trained_positions(self.windows)  # [U']
+        self.generators = {"shuffler": torch.Generator().manual_seed(config.seed), "sampler": self.step.generator}
         self.progress, self.epoch_loss_sum = Progress(), 0.0  # the loss sum of the epoch's batches so far
         if resume:
             self.progress, self.epoch_loss_sum = _restore(checkpoint_path, dataset, config, world, model,
                                                           self.optimizer, self.generators)
-        objective = NextItemObjective(model, config, self.generators["sampler"])
-        objective.encode = training_encoder(model, config.batch_size, compile_mode)
-        self.step_module = (DistributedDataParallel(objective, device_ids=[device] if device.type == "cuda" else None)
-                            if world.distributed else objective)
-        self.autocast = torch.autocast(device.type, dtype=torch.bfloat16,
-                                       enabled=device.type == "cuda" and config.precision == "bf16")
+        self.autocast = self.step.autocast
         self.wall_start = time.perf_counter() - self.progress.wall_seconds
 
     def train_epoch(self, stop: StopRequest) -> None:
@@ -313,12 +244,10 @@ class Training:
         if not len(own):  # fewer windows than processes: train on one with weight 0 to keep in step
             own, weight = index[:1], 0.0
         batch_targets = int(self.targets_per_window[index].sum())
-        with self.autocast:
-            loss_sum, own_targets = self.step_module(self.windows[own].to(self.device))
-        self.optimizer.zero_grad(set_to_none=True)
+        own_targets = int(self.targets_per_window[own].sum())
         # DistributedDataParallel averages gradients over ranks: scale so they add up to the global mean
-        (loss_sum * (weight * self.world.size / batch_targets)).backward()
-        self.optimizer.step()
+        loss_sum = self.step(to_device(self.windows[own], self.device), own_targets,
+                             weight * self.world.size / batch_targets)
         self.progress.epoch_loss_count += batch_targets
         return loss_sum, own_targets, weight
 
@@ -413,32 +342,3 @@ def _restore(path: Path | None, dataset: ProcessedDataset, config: TrainConfig, 
     restore_rng(own["rng"], generators)
     # keys added to the loop state since a checkpoint was written (diverged_epoch) start fresh
     return Progress(**state["progress"]), own["epoch_loss_sum"]
-
-
-def data_signature(dataset: ProcessedDataset) -> str:
-    """A hash of the processed sequences and cases: the data a checkpoint was trained on."""
-    digest = hashlib.blake2b(digest_size=8)
-    for array in (dataset.items, dataset.offsets, dataset.train_length, dataset.valid_cases, dataset.test_cases):
-        digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()
-
-
-def read_checkpoint(path: Path, dataset: ProcessedDataset, config: TrainConfig, world_size: int) -> dict:
-    """The training checkpoint at ``path``, checked to be one of ``config`` on ``dataset`` written by
-    ``world_size`` processes; a ValueError names the file and what is wrong (unreadable, foreign, other
-    settings or data)."""
-    state = load(path)
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        found = state.get("format") if isinstance(state, dict) else type(state).__name__
-        raise ValueError(f"checkpoint {path}: not a prism-rec training checkpoint (format {found!r})")
-    if state["config"] != config.identity():
-        changed = sorted(k for k in {**state["config"], **config.identity()}
-                         if state["config"].get(k) != config.identity().get(k))
-        raise ValueError(f"checkpoint {path}: written with other settings ({', '.join(changed)})")
-    if state["world_size"] != world_size:
-        raise ValueError(f"checkpoint {path}: written by {state['world_size']} processes; "
-                         f"resume with NPROC={state['world_size']} (this run has {world_size})")
-    if state.get("data", data_signature(dataset)) != data_signature(dataset):
-        raise ValueError(f"checkpoint {path}: trained on other data (the dataset's files or processing changed "
-                         "since); delete it to train from scratch")
-    return state

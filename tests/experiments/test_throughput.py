@@ -56,10 +56,10 @@ def test_over_time_case_gives_a_bound_and_skips_longer_lengths(tmp_path):
 def test_out_of_memory_is_marked_and_the_run_continues(tmp_path, monkeypatch):
     measure_steps = measure.measure_steps
 
-    def short_of_memory_at_32(model, optimizer, case, *args):
+    def short_of_memory_at_32(training_step, case, *args):
         if case.length == 32:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return measure_steps(model, optimizer, case, *args)
+        return measure_steps(training_step, case, *args)
 
     monkeypatch.setattr(measure, "measure_steps", short_of_memory_at_32)
     results = command.run(["sasrec"], tiny_configuration(steps=1), torch.device("cpu"), tmp_path, "off", None,

@@ -11,16 +11,18 @@ import math
 import pytest
 import torch
 
-from prism_rec.training.compile import (CompiledEncoder, compiled_gaps, gaps_to_eager, optimizer_options,
-                                        resolve_compile, training_encoder)
+from prism_rec.training.compile import (VERIFIED_MODES, CompiledEncoder, auto_compile, compiled_gaps, gaps_to_eager,
+                                        optimizer_options, resolve_compile, training_encoder)
 from prism_rec.models.recommender import SequentialRecommender
+from prism_rec.registry import list_backbones
 from prism_rec.training.config import TrainConfig
 
 
 def test_resolve_compile():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert resolve_compile("auto", cpu) == "off" and resolve_compile("auto", cuda) == "cudagraphs"
-    assert resolve_compile("auto", cuda, distributed=True) == "off"
+    assert resolve_compile("auto", cpu, backbone="prism") == "off"
+    assert resolve_compile("auto", cuda, backbone="prism") == VERIFIED_MODES["prism"] != "off"
+    assert resolve_compile("auto", cuda, distributed=True, backbone="prism") == "off"
     assert resolve_compile("cudagraphs", cpu) == "inductor" and resolve_compile("inductor", cuda) == "inductor"
     assert resolve_compile("graphs", cpu) == "off" and resolve_compile("graphs", cuda) == "graphs"
     with pytest.raises(ValueError, match="--compile"):
@@ -29,8 +31,20 @@ def test_resolve_compile():
     assert optimizer_options("off", cuda) == {} and optimizer_options("inductor", cpu) == {}
 
 
+def test_auto_is_the_verified_mode_of_the_backbone_and_says_why_it_falls_back():
+    cuda = torch.device("cuda")
+    assert set(VERIFIED_MODES.values()) <= {"inductor", "cudagraphs", "graphs"}
+    assert set(VERIFIED_MODES) <= set(list_backbones())  # a renamed backbone would silently train eager
+    assert auto_compile("sasrec", cuda) == (VERIFIED_MODES["sasrec"], auto_compile("sasrec", cuda)[1])
+    mode, reason = auto_compile("not-verified", cuda)
+    assert mode == "off" and "no compiled mode of not-verified is verified" in reason and "VERIFIED_MODES" in reason
+    assert auto_compile("sasrec", cuda, distributed=True)[0] == "off"
+    assert auto_compile("sasrec", torch.device("cpu")) == ("off", "eager on cpu")
+    assert TrainConfig().compile == "auto"
+
+
 def test_config_compile_is_validated_and_not_part_of_the_identity():
-    assert TrainConfig(compile="auto").identity() == TrainConfig().identity()
+    assert TrainConfig(compile="off").identity() == TrainConfig().identity()
     assert TrainConfig(compile="inductor").params()["compile"] == "inductor"
     with pytest.raises(ValueError, match="--compile"):
         TrainConfig(compile="fast").validate()

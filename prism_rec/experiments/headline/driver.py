@@ -56,6 +56,7 @@ from ...tracking.store import provenance_tags
 from ...training.checkpoint import checkpoint_file
 from ...training.trainer import fit
 from ...training.devices import resolve_device
+from ...training.compile import resolve_compile
 from ...training.config import TrainConfig
 
 UNTRAINED_RATE = 0.0  # the rate recorded for pop, which trains nothing
@@ -182,7 +183,10 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
 
     seconds, basis = {}, {}
     for job in jobs:
-        same_mode = per_epoch.get((job.dataset, job.model, job.config.compile))
+        mode = job.config.compile  # "auto": the mode fit will resolve it to
+        if mode == "auto":
+            mode = resolve_compile(mode, resolve_device(job.config.device), backbone=job.model)
+        same_mode = per_epoch.get((job.dataset, job.model, mode))
         any_mode = by_pair.get((job.dataset, job.model))
         per = statistics.fmean(same_mode or any_mode) if any_mode else (
             scale * interactions[job.dataset] * parameters[job.model])

@@ -132,8 +132,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     probe.add_argument("--compile", choices=COMPILE_MODES, default="graphs",
                        help="the training step's compile mode (prism_rec/training/compile.py): graphs (the "
                             "default: the eager kernels replayed as CUDA graphs, seconds to compile; off on CPU), off, "
-                            "inductor, cudagraphs (inductor + CUDA graphs; inductor on CPU), auto (cudagraphs on "
-                            "CUDA, off on CPU)")
+                            "inductor, cudagraphs (inductor + CUDA graphs; inductor on CPU), auto (a backbone's "
+                            "verified mode, compile.py's VERIFIED_MODES; the probe models have none: off)")
     probe.add_argument("--check-compile", action="store_true",
                        help="only check the compiled training against eager for each model planned (one "
                             "step's loss and gradients, a short training's loss curve; fp32, TF32 off, first "

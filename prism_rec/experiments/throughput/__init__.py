@@ -1,9 +1,9 @@
 """Training throughput and peak memory of every backbone across sequence lengths (paper section 5.3).
 
-One training step is the project's own: ``SequentialRecommender`` (tied token/item embedding, the
-backbone, final norm) and ``prism_rec.training.trainer.NextItemObjective`` (full softmax cross-entropy over the
-whole vocabulary or item table at every position), then backward and an AdamW step, in bf16 autocast
-on CUDA. Each case runs warm-up steps, then timed steps (CUDA events) until the step count or the
+One training step is the one ``fit`` trains with, ``prism_rec.training.step.TrainingStep`` (eager):
+``SequentialRecommender`` (tied token/item embedding, the backbone, final norm), full softmax cross-entropy
+over the whole vocabulary or item table at every position, then backward and an AdamW step, in bf16
+autocast on CUDA. Each case runs warm-up steps, then timed steps (CUDA events) until the step count or the
 per-case time budget is reached; the median step time gives tokens/s = batch * length / step time.
 
 Configurations: "paper" (CUDA) is the paper's 0.13B language-model shape (d_model 768, 8 layers,

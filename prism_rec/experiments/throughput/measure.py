@@ -1,4 +1,5 @@
-"""Timing training steps: one case (length x batch) of one backbone, warm-up then timed steps."""
+"""Timing training steps: one case (length x batch) of one backbone, warm-up then timed steps of the
+training step ``fit`` runs (prism_rec/training/step.py), eager, with the full-softmax loss."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ...models.recommender import SequentialRecommender
-from ...training.trainer import NextItemObjective
 from ...training.config import TrainConfig
+from ...training.step import TrainingStep, to_device, trained_positions
 from .shapes import Configuration, Shape, head_options
 
 
@@ -63,20 +64,15 @@ def release_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def measure_steps(model, optimizer, case: CaseResult, vocabulary: int, configuration: Configuration,
+def measure_steps(training_step: TrainingStep, case: CaseResult, vocabulary: int, configuration: Configuration,
                   device: torch.device) -> CaseResult:
     """Warm up, then time training steps of ``case`` within the per-case budget."""
-    generator = torch.Generator(device=device).manual_seed(0)
-    objective = NextItemObjective(model, TrainConfig(loss="full"), generator)
-    window = torch.randint(1, vocabulary + 1, (case.batch, case.length + 1), device=device, generator=generator)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    window = torch.randint(1, vocabulary + 1, (case.batch, case.length + 1), generator=torch.Generator().manual_seed(0))
+    positions = int(trained_positions(window).sum())
+    window = to_device(window, device)
 
     def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        with autocast:
-            loss_sum, positions = objective(window)
-        (loss_sum / positions).backward()
-        optimizer.step()
+        training_step(window, positions, 1 / positions)
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -99,15 +95,15 @@ def measure_steps(model, optimizer, case: CaseResult, vocabulary: int, configura
     return case
 
 
-def run_case(model, optimizer, case: CaseResult, vocabulary: int, configuration: Configuration,
+def run_case(training_step: TrainingStep, case: CaseResult, vocabulary: int, configuration: Configuration,
              device: torch.device) -> CaseResult:
     try:
-        measure_steps(model, optimizer, case, vocabulary, configuration, device)
+        measure_steps(training_step, case, vocabulary, configuration, device)
     except torch.OutOfMemoryError:
         case.status = "out of memory"
     except Exception as error:  # a backbone that breaks at one shape must not stop the others
         case.status, case.detail = "failed", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
-    optimizer.zero_grad(set_to_none=True)
+    training_step.optimizer.zero_grad(set_to_none=True)
     release_memory(device)
     return case
 
@@ -135,7 +131,7 @@ def measure_backbone(backbone: str, shape: Shape, configuration: Configuration, 
         release_memory(device)
         return results
     results.parameters = sum(parameter.numel() for parameter in model.parameters())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    training_step = TrainingStep(model, TrainConfig(lr=1e-4, compile="off"), device, backbone)
     model.train()
     slow_length = None
     for case in pending:
@@ -144,13 +140,13 @@ def measure_backbone(backbone: str, shape: Shape, configuration: Configuration, 
         elif deadline is not None and time.perf_counter() > deadline:
             case.detail = "total budget spent"
         else:
-            run_case(model, optimizer, case, shape.vocabulary, configuration, device)
+            run_case(training_step, case, shape.vocabulary, configuration, device)
             if case.status == "over time":
                 slow_length = case.length
         results.cases.append(case)
         print(f"{backbone:>16} {shape.name:>12} {case.length:>6} x {case.batch:<4} {format_case(case, configuration)}",
               flush=True)
-    del model, optimizer
+    del model, training_step
     release_memory(device)
     return results
 
