@@ -37,13 +37,13 @@ COMPILE_MODES = ("off", "auto", "inductor", "cudagraphs", "graphs")
 # (compiled_gaps within benchmarks/step_bench.py's COMPILED_GAP_LIMIT, fp32, TF32 off). "graphs": every
 # backbone that benchmarks/headline_gpu.sh's check (step_bench.py --check-only --compile graphs) let train
 # compiled, results/headline_v2_manifest.jsonl (entries with compile "graphs"); "cudagraphs" where it was
-# also checked and its step was faster, results/step_compile.md. benchmarks/step_bench.py --floor prints
-# this table again from its own checks and timings ("Verified compile modes" in results/step.md).
+# also checked and its step was faster, results/step_compile.md and, for the five backbones of the floor
+# benchmark, its own checks and timings ("Verified compile modes" in results/step.md).
 VERIFIED_MODES = {
-    "gated_deltanet": "graphs", "gdn-authors": "graphs", "hstu": "graphs", "mamba2": "graphs",
+    "gated_deltanet": "cudagraphs", "gdn-authors": "graphs", "hstu": "graphs", "mamba2": "cudagraphs",
     "mamba2-authors": "graphs", "prism": "cudagraphs", "prism-L0": "graphs", "prism-L1": "graphs",
     "prism-authors": "graphs", "prism-eq18": "graphs", "prism-noconv": "graphs", "prism-nogain": "graphs",
-    "prism-nogelu": "graphs", "sasrec": "graphs", "titans": "graphs", "transformer++": "graphs",
+    "prism-nogelu": "graphs", "sasrec": "cudagraphs", "titans": "graphs", "transformer++": "cudagraphs",
     "ttt-linear": "graphs", "ttt-mlp": "graphs",
 }
 
