@@ -36,7 +36,8 @@ def check_grid(rates: list[float]) -> tuple[float, ...]:
 
 
 def parse_grid(text: str) -> tuple[float, ...]:
-    """A comma-separated ``--lr-grid`` such as "3e-4,1e-3,3e-3"."""
+    """A comma-separated ``--lr-grid`` such as "3e-4,1e-3,3e-3": refuses an empty grid, a rate that is not a
+    finite positive number, and rates not in increasing order (a repeat included)."""
     rates = []
     for part in text.split(","):
         if not part.strip():
@@ -45,7 +46,10 @@ def parse_grid(text: str) -> tuple[float, ...]:
             rates.append(float(part))
         except ValueError:
             raise ValueError(f"option --lr-grid: {part.strip()!r} is not a number") from None
-    return check_grid(rates)
+    grid = check_grid(rates)
+    if tuple(rates) != grid:
+        raise ValueError(f"option --lr-grid: the rates must increase, each once; got {text!r}")
+    return grid
 
 
 @dataclass(frozen=True)
