@@ -453,6 +453,9 @@ def add_parser(subparsers) -> None:
     merged.set_defaults(func=command_merge)
     tables = commands.add_parser("tables", help="results/README.md and results/<dataset>/ tables from the v2 manifest")
     tables.add_argument("--manifest", type=Path, default=RESULTS_MANIFEST)
+    tables.add_argument("--protocol", choices=("v2", "v3"), default="v2",
+                        help="v3: RESULTS_DIR/headline_v3.md from the v3 manifest and both case-ranks files there")
+    tables.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="v3: the folder read and written")
     tables.set_defaults(func=command_tables)
 
 
@@ -503,6 +506,12 @@ def command_import(args: argparse.Namespace) -> None:
 
 def command_tables(args: argparse.Namespace) -> None:
     from .report import write_results
+
+    if args.protocol == "v3":
+        from .v3_tables import write_v3
+
+        print(f"wrote {write_v3(args.results_dir)}")
+        return
 
     manifest = read_jsonl(args.manifest)
     if not manifest:

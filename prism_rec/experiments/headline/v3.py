@@ -43,11 +43,9 @@ def parse_widths(text: str, protocol: HeadlineProtocol) -> dict[str, Width]:
 
 def grid_from_option(text: str, protocol: HeadlineProtocol) -> tuning.TuningGrid | tuple[float, ...]:
     """``--lr-grid`` under ``protocol``: its start grid, extended along the protocol's ladder if it has one."""
-    rates = tuning.parse_grid(text)
     ladder = protocol.grid.ladder if isinstance(protocol.grid, tuning.TuningGrid) else ()
-    if not ladder:
-        return rates
     try:
-        return tuning.TuningGrid(rates, ladder)
+        rates = tuning.parse_grid(text)
+        return tuning.TuningGrid(rates, ladder) if ladder else rates
     except ValueError as error:
         raise OptionError(str(error)) from None
