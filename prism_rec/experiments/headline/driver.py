@@ -435,7 +435,8 @@ def add_parser(subparsers) -> None:
                                        "backbone (default: the protocol's; v3 extends it along its ladder)")
     run.add_argument("--widths", help="v3: comma-separated width presets (default d64,d256)")
     run.add_argument("--reuse", type=Path, action="append",
-                     help=f"v3: a manifest whose runs count as done where their settings match (default {REUSE_DEFAULT})")
+                     help=f"v3: a manifest whose runs count as done where their settings match "
+                          f"(default {REUSE_DEFAULT})")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="change a training setting (for quick checks), e.g. --set epochs=1")
     run.add_argument("--eager-models", default="",

@@ -212,3 +212,12 @@ def write_v3(results_dir: Path = RESULTS_DIR) -> Path:
     path = results_dir / NAME
     write_atomically(path, markdown(manifest, rows))
     return path
+
+
+def readme_section(results_dir: Path) -> str:
+    """The part of results/README.md that points to results/headline_v3.md (nothing until it exists)."""
+    if not (results_dir / NAME).exists():
+        return ""
+    return (f"\n## Headline v3\n\nThe v3 tables (rates tuned to an interior optimum, seeds 0-4, the detectable "
+            f"difference, Holm-corrected verdicts, the width study, what moved from v2): [{NAME}]({NAME}), made by "
+            f"`{COMMAND}` from `results/{V3.manifest_name}`.\n")
