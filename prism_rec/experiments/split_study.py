@@ -4,9 +4,9 @@ The authors' code (gpr-prism/prism, rec/) splits a dataset by time over all user
 70% of interactions by timestamp train, the next 15% validate, the last 15% test), while the paper's text
 says leave-one-out. ``run`` trains, on ml-100k (real timestamps) and movies-long (whose training items carry
 none, so its "time" split is a position split: ``split_label``), sasrec, gated_deltanet, prism and the
-authors' presets under ``--split time`` (data/core.py), 3 seeds each, at the learning rate the headline grid chose for the cell under leave-one-out and otherwise the
-headline settings; the leave-one-out side of the table is the headline grid's own runs. ``table`` writes
-results/split.md.
+authors' presets under ``--split time`` (data/core.py), 3 seeds each, at the learning rate the headline grid
+chose for the cell under leave-one-out and otherwise the headline settings; the leave-one-out side of the table
+is the headline grid's own runs. ``table`` writes results/split.md.
 
     prism-rec split-study run --out DIR [--workers N] [--budget S] [--device D]
     prism-rec split-study table
