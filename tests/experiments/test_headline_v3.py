@@ -3,6 +3,7 @@ direct computations, a bootstrap verdict that holds across resampling seeds, bad
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -181,3 +182,51 @@ def test_bad_input_is_refused_before_any_training(tmp_path, trained, capsys, opt
         main(["headline", "run", "--protocol", "v3", "--out", str(tmp_path), "--models", "sasrec", *options])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
     assert not trained and not (tmp_path / V3.manifest_name).exists()
+
+
+def test_the_v3_tables_state_grids_edges_verdicts_and_what_moved(tmp_path, monkeypatch):
+    from prism_rec.experiments.headline import v3_tables
+    from tests.experiments.test_headline_report import ELECTRONICS, run
+
+    monkeypatch.setattr(verdicts, "N_MOST", 20_000)
+    books, lines = "books-dealrec", []
+
+    def add(dataset, model, seed, lr, quality, protocol="headline-v3", width="d64", **kwargs):
+        entry, ranks = run(dataset, model, seed, lr, quality, protocol=protocol, **kwargs)
+        lines.append(({**entry, "width": width, "record_id": f"{entry['record_id']}-{width}"},
+                      {**ranks, "record_id": f"{entry['record_id']}-{width}"}))
+
+    valid = {"sasrec": {3e-4: .70, 1e-3: .74, 3e-3: .78, 1e-2: .79, 3e-2: .75},  # v2 chose 3e-3, v3 1e-2
+             "prism": {3e-4: .72, 1e-3: .80, 3e-3: .76, 1e-2: .70}, "gated_deltanet": {3e-4: .7, 1e-3: .78,
+                                                                                        3e-3: .74, 1e-2: .7}}
+    chosen = {"sasrec": 1e-2, "prism": 1e-3, "gated_deltanet": 1e-3}
+    for model, rates in valid.items():
+        for lr, quality in rates.items():
+            add(ELECTRONICS, model, 0, lr, quality, "headline-v2" if lr < 1e-2 else "headline-v3", best_valid=quality)
+        for seed in (1, 2):  # v2's seeds at v2's choice, and v3's at its own
+            add(ELECTRONICS, model, seed, 3e-3 if model == "sasrec" else 1e-3, 0.75, "headline-v2")
+        for seed in range(1 if model == "sasrec" else 3, 5):
+            add(ELECTRONICS, model, seed, chosen[model], {"prism": .78, "gated_deltanet": .74}.get(model, .7))
+    for model in ("prism", "gated_deltanet"):
+        for lr in (1e-4, 3e-4, 1e-3, 3e-3, 1e-2):
+            add(books, model, 0, lr, 0.8 - lr, width="d256", best_valid=0.8 - lr)
+        for seed in range(1, 5):
+            add(books, model, seed, 1e-4, 0.8, width="d256")
+    for name, rows in ((V3.manifest_name, [e for e, _ in lines]), (V3.case_ranks_name, [r for _, r in lines])):
+        (tmp_path / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    text = v3_tables.write_v3(tmp_path).read_text()
+    assert f"| {ELECTRONICS} | sasrec | 0.0003 0.7000, 0.001 0.7400, 0.003 0.7800, **0.01** 0.7900, 0.03 0.7500 | 0.01 | 0.003 |" in text
+    assert f"| {books} | prism | **0.0001** 0.7999" in text and "0.0001 ⚠ at the edge of the ladder" in text
+    assert f"Cells whose chosen rate moved: 1 ({ELECTRONICS}/sasrec (d64))." in text
+    entries = [e for e, _ in lines]
+    cells = v3_tables.cells_of([e for e in entries if e["width"] == "d64"],
+                               {r["record_id"]: r for _, r in lines}, V3.grid, 5)
+    assert [len(cells[(ELECTRONICS, m)].runs) for m in chosen] == [5, 5, 5]
+    expected = verdicts.family([("prism", "gated_deltanet"), ("prism", "sasrec")],
+                               {m: (cells[(ELECTRONICS, m)].aucs, cells[(ELECTRONICS, m)].per_user) for m in chosen},
+                               ELECTRONICS)
+    for comparison in expected:
+        assert f"**{comparison.verdict}**" in text
+        assert f"| {comparison.first} − {comparison.second}" in text and f"| {comparison.seeds.mean:+.4f} |" in text
+    assert "## Width study" in text and f"| {books} | d256 |" in text
+    assert "gated_deltanet − prism" not in text and text.count("| prism − gated_deltanet (best − second) |") == 2

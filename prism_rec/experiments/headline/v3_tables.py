@@ -79,25 +79,28 @@ def tuning_table(entries: list[dict], v2_choices: dict, width: str) -> tuple[lis
     return lines, {"moved": moved, "cells": len(rows), "edges": edges}
 
 
-def _comparisons(cells: dict, dataset: str, seed: int = 0) -> list:
+def _comparisons(cells: dict, dataset: str, seed: int = 0) -> tuple[list, set]:
+    """The dataset's family (PAIRS and best − second, once each whichever way round) and the best − second pair."""
     ranked = _ranked(cells, dataset)
     pairs = [p for p in PAIRS if all((dataset, m) in cells for m in p)]
-    if len(ranked) >= 2:
+    best = {ranked[0].model, ranked[1].model} if len(ranked) >= 2 else set()
+    if best and best not in [set(p) for p in pairs]:
         pairs.append((ranked[0].model, ranked[1].model))
     ready = [p for p in pairs if all(cells[(dataset, m)].per_user is not None for m in p)]
     if not ready:
-        return []
+        return [], best
     data = {m: (cells[(dataset, m)].aucs, cells[(dataset, m)].per_user) for p in ready for m in p}
-    return family(ready, data, dataset, seed=seed)
+    return family(ready, data, dataset, seed=seed), best
 
 
-def comparison_table(comparisons: list) -> str:
+def comparison_table(comparisons: list, best: set) -> str:
     rows = []
     for c in comparisons:
         s, u = c.seeds, c.users
+        what = f"{c.first} − {c.second}" + (" (best − second)" if {c.first, c.second} == best else "")
         welch = "n/a (seed spread unknown)" if not np.isfinite(s.p) else f"[{s.low:+.4f}, {s.high:+.4f}]"
         users = f"[{u.low:+.4f}, {u.high:+.4f}] ({u.level:.1%}, {u.n_resamples:,} resamples)"
-        rows.append([f"{c.first} − {c.second}", f"{s.mean:+.4f}", users, welch, f"{s.n_a}/{s.n_b}",
+        rows.append([what, f"{s.mean:+.4f}", users, welch, f"{s.n_a}/{s.n_b}",
                      "n/a" if not np.isfinite(s.detectable) else f"{s.detectable:.4f}",
                      f"{c.gap:.4f} ({c.gap_source})", "n/a" if not np.isfinite(c.adjusted_p) else f"{c.adjusted_p:.2g}",
                      f"**{c.verdict}**"])
@@ -175,8 +178,8 @@ def markdown(manifest: list[dict], case_rank_rows: list[dict]) -> str:
                 continue
             table, moved = auc_table(cells, v2_cells if width == WIDTH else {}, models, dataset)
             summary["ranks moved"] += moved
-            comparisons = _comparisons(cells, dataset)
-            lines += [f"## {dataset} ({width})", "", table, "", comparison_table(comparisons), ""]
+            comparisons, best = _comparisons(cells, dataset)
+            lines += [f"## {dataset} ({width})", "", table, "", comparison_table(comparisons, best), ""]
             before = v2_verdicts(v2_cells, dataset) if width == WIDTH else {}
             for c in comparisons:
                 old = before.get((c.first, c.second))
