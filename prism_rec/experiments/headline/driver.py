@@ -1,5 +1,7 @@
 """The headline benchmark (protocol "headline-v2"): every registered backbone on the real subsets, its
-learning rate tuned on seed 0, 3 seeds at the chosen rate, on one GPU or several.
+learning rate tuned on seed 0, 3 seeds at the chosen rate, on one GPU or several. ``--protocol v3``
+(headline/v3.py) trains its successor through the same campaign: a rate grid that extends per cell to an
+interior optimum, 5 seeds, a second width preset, the matching v2 runs reused.
 
 ``prism-rec headline run --out DIR`` trains the grid through a campaign (campaign.py): N worker processes
 sharing one device, or several (``--device cuda:0,cuda:1``: worker i on the i-th, cyclically), or the
