@@ -58,7 +58,7 @@ def _ranked(cells: dict, dataset: str) -> list[Cell]:
 def tuning_table(entries: list[dict], v2_choices: dict, width: str) -> tuple[list[str], dict]:
     """Per (dataset, base backbone): the rates tried on seed 0 with their best validation AUC, the choice, an
     edge flag, and v2's choice; returns the lines and the number of cells whose rate moved from v2."""
-    by_rate = tuning._valid_auc_by_rate(entries)
+    by_rate = tuning.valid_auc_by_rate(entries)
     grid = V3.grid
     rows, moved, edges = [], [], 0
     for (dataset, base), rates in sorted(by_rate.items()):
