@@ -215,7 +215,8 @@ def test_the_v3_tables_state_grids_edges_verdicts_and_what_moved(tmp_path, monke
     for name, rows in ((V3.manifest_name, [e for e, _ in lines]), (V3.case_ranks_name, [r for _, r in lines])):
         (tmp_path / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
     text = v3_tables.write_v3(tmp_path).read_text()
-    assert f"| {ELECTRONICS} | sasrec | 0.0003 0.7000, 0.001 0.7400, 0.003 0.7800, **0.01** 0.7900, 0.03 0.7500 | 0.01 | 0.003 |" in text
+    assert (f"| {ELECTRONICS} | sasrec | 0.0003 0.7000, 0.001 0.7400, 0.003 0.7800, **0.01** 0.7900, 0.03 0.7500 "
+            "| 0.01 | 0.003 |") in text
     assert f"| {books} | prism | **0.0001** 0.7999" in text and "0.0001 ⚠ at the edge of the ladder" in text
     assert f"Cells whose chosen rate moved: 1 ({ELECTRONICS}/sasrec (d64))." in text
     entries = [e for e, _ in lines]
