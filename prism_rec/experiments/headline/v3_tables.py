@@ -138,7 +138,7 @@ def v2_verdicts(v2_cells: dict, dataset: str) -> dict[tuple[str, str], str]:
     return words
 
 
-def markdown(manifest: list[dict], case_rank_rows: list[dict]) -> str:
+def markdown(manifest: list[dict], case_rank_rows: list[dict], source: str = f"results/{V3.manifest_name}") -> str:
     ranks = {row["record_id"]: row for row in case_rank_rows}
     entries = [e for e in manifest if e.get("protocol") in (PROTOCOL, V3.name)]
     v2_entries = [e for e in entries if e["protocol"] == PROTOCOL and width_of(e) == WIDTH]
@@ -148,7 +148,7 @@ def markdown(manifest: list[dict], case_rank_rows: list[dict]) -> str:
     datasets = [d for d in [*DATASETS, *sorted({e["dataset"] for e in entries} - set(DATASETS))]
                 if any(e["dataset"] == d for e in entries)]
     lines = [f"# Headline v3 (protocol {V3.name})", "",
-             f"Written {time.strftime('%Y-%m-%d')} by `{COMMAND}` from `results/{V3.manifest_name}` (its own runs "
+             f"Written {time.strftime('%Y-%m-%d')} by `{COMMAND}` from `{source}` (its own runs "
              f"and the v2 runs it reused, {len(v2_entries)} lines) and the case-ranks files of both protocols. "
              f"Rates: start {', '.join(f'{r:g}' for r in V3.grid.start)}, extended per cell along "
              f"{', '.join(f'{r:g}' for r in V3.grid.ladder)} while seed 0's choice sits at an edge (tuning.py); "
@@ -213,7 +213,9 @@ def write_v3(results_dir: Path = RESULTS_DIR) -> Path:
     rows = [row for name in (V3.case_ranks_name, CASE_RANKS_NAME) for row in read_jsonl(results_dir / name)
             if row["record_id"] in wanted]
     path = results_dir / NAME
-    write_atomically(path, markdown(manifest, rows))
+    source = results_dir / V3.manifest_name
+    write_atomically(path, markdown(manifest, rows, f"results/{V3.manifest_name}" if results_dir == RESULTS_DIR
+                                    else str(source)))
     return path
 
 
