@@ -22,6 +22,10 @@
 # SPECULATE (default 1) passes --speculate: workers left idle start the other seeds of a backbone whose rate
 # grid is unfinished at the rate leading so far (a run over ~300 s cannot wait for its grid to end in the
 # same call, and runs cannot resume across calls); SPECULATE=0 only starts runs whose rate is chosen.
+# PROTOCOL (default v2) is the headline protocol: v3 (prism_rec/experiments/headline/v3.py) writes
+# headline_v3_manifest.jsonl (copying in the committed v2 runs whose settings match a cell: they are not
+# retrained) and headline_v3_case_ranks.new.jsonl instead, continuing results/headline_v3_manifest.jsonl if
+# there is one.
 # SPLIT_WORKERS=N (default 0) also runs the split study (prism_rec/experiments/split_study.py) beside the grid on N
 # more workers through the same MPS server, for the same budget; it writes split_manifest.jsonl,
 # split_case_ranks.jsonl (the new lines only) and split_log.txt into OUT_DIR/split.
@@ -32,7 +36,8 @@ export PRISM_REC_GIT_COMMIT
 PRISM_REC_MPS=${PRISM_REC_MPS:-1}
 . benchmarks/gpu_setup.sh || exit 1
 mkdir -p "$out"
-for file in headline_v2_manifest.jsonl headline_v2_case_ranks.jsonl; do
+protocol=${PROTOCOL:-v2}
+for file in "headline_${protocol}_manifest.jsonl" "headline_${protocol}_case_ranks.jsonl"; do
     if [ -f "results/$file" ]; then cp "results/$file" "$out/"; fi
 done
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | sed 's/^/cuda:/' | paste -sd, -)
@@ -76,7 +81,7 @@ if [ "${SPLIT_WORKERS:-0}" -gt 0 ]; then
         --budget "$budget" --device "$device" > "$out/split/split_log.txt" 2>&1 &
     split_pid=$!
 fi
-timeout $((budget + 45)) python3 -m prism_rec.cli headline run --out "$out" --datasets "$datasets" \
+timeout $((budget + 45)) python3 -m prism_rec.cli headline run --protocol "$protocol" --out "$out" --datasets "$datasets" \
     --models "${MODELS:-all}" --workers "$workers" --budget "$budget" --device "$device" \
     --set compile="$compile_mode" ${eager_models:+--eager-models "$eager_models"} \
     $(if [ "${SPECULATE:-1}" = 1 ]; then echo --speculate; fi) > "$out/headline_log.txt" 2>&1
@@ -87,7 +92,7 @@ if [ -n "$split_pid" ]; then
     tail -n 3 "$out/split/split_log.txt"
 fi
 prism_rec_stop_mps
-new_lines_only results/headline_v2_case_ranks.jsonl "$out/headline_v2_case_ranks.jsonl"
+new_lines_only "results/headline_${protocol}_case_ranks.jsonl" "$out/headline_${protocol}_case_ranks.jsonl"
 tail -n 3 "$out/headline_log.txt"
 prism_rec_return_triton_cache "$out"
 exit $status

@@ -66,6 +66,7 @@ class YelpICLRec(SharedSubset):
     description = "Yelp subset of ICLRec (../shared/data/yelp)"
     folder = "yelp"
     files = ("Yelp.txt",)
+    untimed = "Yelp.txt"
     min_user_interactions = 5
     min_item_interactions = 5
 
@@ -89,6 +90,7 @@ class ElectronicsGeRec(SharedSubset):
     description = "Amazon Electronics subset of GeRec (../shared/data/electronics)"
     folder = "electronics"
     files = tuple(f"Electronics-Sample.{part}.inter" for part in ("train", "valid", "test"))
+    untimed = "Electronics-Sample.*.inter (order ranks, not times)"
     min_user_interactions = 5
     min_item_interactions = 5
 
@@ -108,6 +110,7 @@ class BooksDEALRec(SharedSubset):
     name = "books-dealrec"
     description = "Amazon Books subset of DEALRec (../shared/data/books)"
     folder = "books"
+    untimed = "sequential_valid.txt, sequential_test.txt"
     files = ("sequential_valid.txt", "sequential_test.txt")
     min_user_interactions = 5
     min_item_interactions = 5
@@ -223,6 +226,7 @@ class MoviesLong(SharedSubset):
     """
 
     name = "movies-long"
+    untimed = "train_group.csv"
     description = ("Amazon 2018 Movies_and_TV, users with > 100 interactions, long histories "
                    "(../shared/data/movies-long)")
     folder = "movies-long"

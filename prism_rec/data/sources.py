@@ -43,6 +43,7 @@ class DatasetSource:
     downloads: tuple[tuple[str, str, bool], ...] = ()
     download_help = ""
     formats: tuple[str, ...] = ()
+    untimed = ""  # the raw file(s) whose interactions carry no times (a position is then the time), if any
 
     def __init__(self, progress: bool = False, raw_format: str | None = None):
         if raw_format is not None and raw_format not in self.formats:

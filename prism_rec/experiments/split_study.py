@@ -2,11 +2,11 @@
 
 The authors' code (gpr-prism/prism, rec/) splits a dataset by time over all users at once (the first
 70% of interactions by timestamp train, the next 15% validate, the last 15% test), while the paper's text
-says leave-one-out. ``run`` trains, on ml-100k and movies-long (the two subsets with real timestamps),
-sasrec, gated_deltanet, prism and the authors' presets under ``--split time`` (data/core.py), 3 seeds
-each, at the learning rate the headline grid chose for the cell under leave-one-out and otherwise the
-headline settings; the leave-one-out side of the table is the headline grid's own runs. ``table`` writes
-results/split.md.
+says leave-one-out. ``run`` trains, on ml-100k (real timestamps) and movies-long (whose training items carry
+none, so its "time" split is a position split: ``split_label``), sasrec, gated_deltanet, prism and the
+authors' presets under ``--split time`` (data/core.py), 3 seeds each, at the learning rate the headline grid
+chose for the cell under leave-one-out and otherwise the headline settings; the leave-one-out side of the table
+is the headline grid's own runs. ``table`` writes results/split.md.
 
     prism-rec split-study run --out DIR [--workers N] [--budget S] [--device D]
     prism-rec split-study table
@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from . import tuning
+from .. import registry
 from ..tracking.case_ranks import decode
 from ..data.sources import load_dataset
 from ..files import read_jsonl, write_atomically
@@ -141,10 +142,16 @@ def _summary(splits: dict[str, dict], dataset: str, changed: list[str]) -> str:
               cells in splits.items()}
     shifts = [np.mean(splits["time"][(dataset, m)]["auc"]) - np.mean(splits["loo"][(dataset, m)]["auc"]) for m in both]
     return fill(TEMPLATES_DIR / "split_summary.md", backbones=len(both), loo_order=" > ".join(orders["loo"]),
-                time_order=" > ".join(orders["time"]),
+                time_order=" > ".join(orders["time"]), other=split_label(dataset),
                 same_order="the same" if orders["loo"] == orders["time"] else "a different order",
                 lowest_shift=f"{min(shifts):+.4f}", highest_shift=f"{max(shifts):+.4f}",
                 changed=", ".join(changed) or "none")
+
+
+def split_label(dataset: str) -> str:
+    """What ``--split time`` is on ``dataset``: "time split", or "position split" where its source's interactions
+    carry no times (DatasetSource.untimed: positions stand in for them)."""
+    return "position split" if registry.get_dataset(dataset).untimed else "time split"
 
 
 def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
@@ -167,9 +174,15 @@ def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
             both = [splits[s].get((dataset, model)) for s in ("loo", "time")]
             row.append(f"{np.mean(both[1]['auc']) - np.mean(both[0]['auc']):+.4f}" if all(both) else "—")
             rows.append(row)
-        lines += [f"## {dataset}", "", pipe_table(
-            ["backbone", "loo test AUC", "loo 95% CI", "loo rank", "time test AUC", "time 95% CI", "time rank",
-             "time − loo"], rows, align="lrrrrrrr"), ""]
+        other = split_label(dataset)
+        word = other.split()[0]
+        note = [] if other == "time split" else [
+            f"{dataset}'s training items carry no timestamps ({registry.get_dataset(dataset).untimed}), so the "
+            f"loader takes each item's position in its history as its time: the `--split time` columns below are a "
+            f"position split (the global 70%/85% quantiles of positions), not the authors' time split.", ""]
+        lines += [f"## {dataset} ({other})", "", *note, pipe_table(
+            ["backbone", "loo test AUC", "loo 95% CI", "loo rank", f"{word} test AUC", f"{word} 95% CI",
+             f"{word} rank", f"{word} − loo"], rows, align="lrrrrrrr"), ""]
         pair_rows, changed = [], []
         for a, b in PAIRS:
             row, signs = [f"{a} − {b}"], []
@@ -188,7 +201,7 @@ def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
                 changed.append(f"{a} − {b}")
         lines += ["Paired differences (95% paired bootstrap over test users; ✱: the interval excludes 0 and Welch's "
                   "t-test over the seeds' mean AUCs gives p < 0.05):", "",
-                  pipe_table(["difference", "leave-one-out", "time split"], pair_rows, align="lrr"), "",
+                  pipe_table(["difference", "leave-one-out", other], pair_rows, align="lrr"), "",
                   _summary(splits, dataset, changed), ""]
     lines += ["## Commands", "", "Time-split runs: " + ("; ".join(f"`{c}`" for c in commands) or "none yet") + ".",
               "Leave-one-out runs: see results/README.md (Reproducing).", ""]

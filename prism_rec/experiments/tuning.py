@@ -36,7 +36,8 @@ def check_grid(rates: list[float]) -> tuple[float, ...]:
 
 
 def parse_grid(text: str) -> tuple[float, ...]:
-    """A comma-separated ``--lr-grid`` such as "3e-4,1e-3,3e-3"."""
+    """A comma-separated ``--lr-grid`` such as "3e-4,1e-3,3e-3": refuses an empty grid, a rate that is not a
+    finite positive number, and rates not in increasing order (a repeat included)."""
     rates = []
     for part in text.split(","):
         if not part.strip():
@@ -45,7 +46,10 @@ def parse_grid(text: str) -> tuple[float, ...]:
             rates.append(float(part))
         except ValueError:
             raise ValueError(f"option --lr-grid: {part.strip()!r} is not a number") from None
-    return check_grid(rates)
+    grid = check_grid(rates)
+    if tuple(rates) != grid:
+        raise ValueError(f"option --lr-grid: the rates must increase, each once; got {text!r}")
+    return grid
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,7 @@ def choose_rate(valid_auc_by_rate: dict[float, float], grid: tuple[float, ...]) 
     return max(sorted(grid), key=lambda rate: (valid_auc_by_rate[rate], -rate))
 
 
-def _valid_auc_by_rate(entries: list[dict]) -> dict[tuple[str, str], dict[float, float]]:
+def valid_auc_by_rate(entries: list[dict]) -> dict[tuple[str, str], dict[float, float]]:
     """{(dataset, base backbone): {rate: best validation AUC of seed 0}} from manifest lines with
     ``dataset``, ``model``, ``seed``, ``lr`` and ``best_valid_auc`` (-inf for a run that diverged before its
     first validation); the newest line per (dataset, model, rate) counts."""
@@ -138,9 +142,9 @@ def _valid_auc_by_rate(entries: list[dict]) -> dict[tuple[str, str], dict[float,
 def chosen_rates(entries: list[dict], grid: TuningGrid | tuple[float, ...] = LR_GRID
                  ) -> dict[tuple[str, str], float]:
     """{(dataset, base backbone): chosen rate} for every base whose seed-0 grid is complete in ``entries``
-    (manifest lines, see ``_valid_auc_by_rate``)."""
+    (manifest lines, see ``valid_auc_by_rate``)."""
     grid = as_grid(grid)
-    choices = {key: grid.choice(by_rate) for key, by_rate in _valid_auc_by_rate(entries).items()}
+    choices = {key: grid.choice(by_rate) for key, by_rate in valid_auc_by_rate(entries).items()}
     return {key: rate for key, rate in choices.items() if rate is not None}
 
 
@@ -148,14 +152,14 @@ def next_rates(entries: list[dict], grid: TuningGrid | tuple[float, ...] = LR_GR
     """{(dataset, base backbone): the next rate its seed 0 needs} for every base with a seed-0 run whose grid
     is not complete (for an extending grid, the extension a driver queues once the rates before it are in)."""
     grid = as_grid(grid)
-    wanted = {key: grid.next_rate(by_rate) for key, by_rate in _valid_auc_by_rate(entries).items()}
+    wanted = {key: grid.next_rate(by_rate) for key, by_rate in valid_auc_by_rate(entries).items()}
     return {key: rate for key, rate in wanted.items() if rate is not None}
 
 
 def edge_cells(entries: list[dict], grid: TuningGrid | tuple[float, ...] = LR_GRID) -> set[tuple[str, str]]:
     """The (dataset, base backbone) cells whose completed choice is still at an edge of their grid."""
     grid = as_grid(grid)
-    return {key for key, by_rate in _valid_auc_by_rate(entries).items() if grid.at_edge(by_rate)}
+    return {key for key, by_rate in valid_auc_by_rate(entries).items() if grid.at_edge(by_rate)}
 
 
 def leading_rates(entries: list[dict], grid: TuningGrid | tuple[float, ...] = LR_GRID
@@ -165,7 +169,7 @@ def leading_rates(entries: list[dict], grid: TuningGrid | tuple[float, ...] = LR
     a driver may start the other seeds before the grid ends (they count only if the guess holds)."""
     grid = as_grid(grid)
     leading = {}
-    for key, by_rate in _valid_auc_by_rate(entries).items():
+    for key, by_rate in valid_auc_by_rate(entries).items():
         tried = tuple(rate for rate in grid.rates(by_rate) if rate in by_rate)
         if tried and grid.next_rate(by_rate) is not None:
             leading[key] = choose_rate(by_rate, tried)

@@ -292,7 +292,7 @@ def test_eager_models_train_with_compile_off_under_the_same_hashes():
     eager = driver.GridPlan({"ml-100k": dataset}, ["sasrec", "prism"], [0], (1e-3,), "cpu", {"compile": "graphs"}, "",
                               frozenset({"prism"}))
     assert {key: job.config.compile for key, job in eager.jobs.items()} == {
-        ("ml-100k", "sasrec", 0, 1e-3): "graphs", ("ml-100k", "prism", 0, 1e-3): "off"}
+        ("d64", "ml-100k", "sasrec", 0, 1e-3): "graphs", ("d64", "ml-100k", "prism", 0, 1e-3): "off"}
     assert eager.hashes == plain.hashes
 
 

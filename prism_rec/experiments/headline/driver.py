@@ -1,5 +1,7 @@
 """The headline benchmark (protocol "headline-v2"): every registered backbone on the real subsets, its
-learning rate tuned on seed 0, 3 seeds at the chosen rate, on one GPU or several.
+learning rate tuned on seed 0, 3 seeds at the chosen rate, on one GPU or several. ``--protocol v3``
+(headline/v3.py) trains its successor through the same campaign: a rate grid that extends per cell to an
+interior optimum, 5 seeds, a second width preset, the matching v2 runs reused.
 
 ``prism-rec headline run --out DIR`` trains the grid through a campaign (campaign.py): N worker processes
 sharing one device, or several (``--device cuda:0,cuda:1``: worker i on the i-th, cyclically), or the
@@ -44,8 +46,9 @@ from .. import tuning
 from ...data.sources import load_dataset
 from ...errors import OptionError
 from ...files import read_jsonl, write_jsonl
-from .protocol import (CASE_RANKS_NAME, DATASETS, MANIFEST_NAME, PROTOCOL, SEEDS, backbone_parameters,
-                                training_config)
+from .protocol import (CASE_RANKS_NAME, DATASETS, MANIFEST_NAME, PROTOCOL, V2, WIDTH, HeadlineProtocol, Width,
+                       backbone_parameters, training_config, width_of)
+from .v3 import REUSE_DEFAULT, V3, grid_from_option, parse_widths
 from ..campaign import (Campaign, Executor, LocalExecutor, Manifest, Status, add_grid_run_options, checkpoint_dir,
                         deadline_after, executor_from_args, merge_manifests)
 from ..jobs import gpu_sharing
@@ -75,11 +78,14 @@ class HeadlineJob:
     command: str
     split: str = "loo"  # the dataset's split (data/core.py); split_study.py trains "time"
     checkpoints: Path | None = None  # the folder of its per-epoch checkpoint (resumed from when there)
+    width: str = WIDTH  # the width preset (protocol.Width) of its settings
+    protocol: str = PROTOCOL  # the protocol its manifest line names
 
     @property
     def label(self) -> str:
         split = "" if self.split == "loo" else f"/{self.split}"
-        return f"{self.dataset}{split}/{self.model}/lr{self.config.lr:g}/s{self.config.seed}"
+        width = "" if self.width == WIDTH else f"/{self.width}"
+        return f"{self.dataset}{split}{width}/{self.model}/lr{self.config.lr:g}/s{self.config.seed}"
 
     @property
     def tunes(self) -> bool:
@@ -133,8 +139,8 @@ def manifest_entry(record: dict) -> dict:
 def diverged_entry(job: HeadlineJob) -> dict:
     """The manifest line of a run whose scores were not finite before any validation: it counts as tried
     (its rate loses the tuning, tuning.py) and is never rerun; it has no metrics."""
-    return {"dataset": job.dataset, "model": job.model, "seed": job.config.seed, "protocol": PROTOCOL,
-            "lr": job.config.lr, "epochs": job.config.epochs, "patience": job.config.patience,
+    return {"dataset": job.dataset, "model": job.model, "seed": job.config.seed, "protocol": job.protocol,
+            "width": job.width, "lr": job.config.lr, "epochs": job.config.epochs, "patience": job.config.patience,
             "config_hash": job.run_hash, "record_id": uuid.uuid4().hex, "diverged": True,
             "best_valid_auc": float("-inf"), "command": job.command,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -152,20 +158,21 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
     lower rate trains for more epochs before its patience runs out), else of that rate on any dataset, else
     of any run. A time seen while ``jobs_per_device`` of the entry ran at once on its GPU counts in
     proportion to the concurrency planned now (runs share the GPU's time)."""
-    per_epoch: dict[tuple[str, str, str], list[float]] = {}
-    epochs: dict[tuple[str, str, float], list[int]] = {}
+    per_epoch: dict[tuple[str, tuple[str, str], str], list[float]] = {}  # a model is (backbone, width)
+    epochs: dict[tuple[str, tuple[str, str], float], list[int]] = {}
     for entry in manifest:
         if entry["config_hash"] in grid_hashes and "wall_seconds" in entry:  # diverged runs have no time
             sharing = jobs_per_device / entry.get("jobs_per_device", jobs_per_device)
             mode = entry.get("compile") or "off"  # runs before the compile option trained eager
-            per_epoch.setdefault((entry["dataset"], entry["model"], mode), []).append(
+            model = (entry["model"], width_of(entry))
+            per_epoch.setdefault((entry["dataset"], model, mode), []).append(
                 entry["wall_seconds"] * sharing / entry["epochs_run"])
-            epochs.setdefault((entry["dataset"], entry["model"], entry["lr"]), []).append(entry["epochs_run"])
-    parameters: dict[str, int] = {}
+            epochs.setdefault((entry["dataset"], model, entry["lr"]), []).append(entry["epochs_run"])
+    parameters: dict[tuple[str, str], int] = {}
     for job in jobs:
-        if job.model not in parameters:
-            parameters[job.model] = backbone_parameters(job.model, job.config)
-    by_pair: dict[tuple[str, str], list[float]] = {}
+        if (job.model, job.width) not in parameters:
+            parameters[(job.model, job.width)] = backbone_parameters(job.model, job.config)
+    by_pair: dict[tuple[str, tuple[str, str]], list[float]] = {}
     for (dataset, model, _), seconds in per_epoch.items():
         by_pair.setdefault((dataset, model), []).extend(seconds)
     scales = [statistics.fmean(seconds) / (interactions[d] * parameters[m])
@@ -178,7 +185,7 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
                     and lr in (None, r) for n in runs]
 
         lr = job.config.lr
-        return statistics.median(seen(job.dataset, job.model, lr) or seen(job.dataset, None, lr)
+        return statistics.median(seen(job.dataset, (job.model, job.width), lr) or seen(job.dataset, None, lr)
                                  or seen(None, None, lr) or seen(None, None, None) or [1])
 
     seconds, basis = {}, {}
@@ -186,10 +193,10 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
         mode = job.config.compile  # "auto": the mode fit will resolve it to
         if mode == "auto":
             mode = resolve_compile(mode, resolve_device(job.config.device), backbone=job.model)
-        same_mode = per_epoch.get((job.dataset, job.model, mode))
-        any_mode = by_pair.get((job.dataset, job.model))
+        same_mode = per_epoch.get((job.dataset, (job.model, job.width), mode))
+        any_mode = by_pair.get((job.dataset, (job.model, job.width)))
         per = statistics.fmean(same_mode or any_mode) if any_mode else (
-            scale * interactions[job.dataset] * parameters[job.model])
+            scale * interactions[job.dataset] * parameters[(job.model, job.width)])
         seconds[job.label] = per * expected_epochs(job)
         basis[job.label] = "seen" if same_mode else "other mode" if any_mode else "scaled"
     return seconds, basis, bool(scales)
@@ -219,86 +226,125 @@ class CorrectedEstimates:
     def __init__(self, prior: dict[str, float], basis: dict[str, str]):
         self.prior, self.basis = prior, basis
         self.by_basis: dict[str, list[float]] = {}
-        self.by_pair: dict[tuple[str, str], list[float]] = {}
+        self.by_pair: dict[tuple[str, str, str], list[float]] = {}
 
     def finished(self, job: HeadlineJob, seconds: float) -> None:
         if self.prior[job.label] > 0:
             ratio = seconds / self.prior[job.label]
             self.by_basis.setdefault(self.basis[job.label], []).append(ratio)
-            self.by_pair.setdefault((job.dataset, job.model), []).append(ratio)
+            self.by_pair.setdefault((job.dataset, job.model, job.width), []).append(ratio)
 
     def __call__(self, job: HeadlineJob) -> float:
-        ratios = self.by_pair.get((job.dataset, job.model)) or self.by_basis.get(self.basis[job.label], [])
-        enough = (job.dataset, job.model) in self.by_pair or len(ratios) >= self.MIN_RUNS
+        pair = (job.dataset, job.model, job.width)
+        ratios = self.by_pair.get(pair) or self.by_basis.get(self.basis[job.label], [])
+        enough = pair in self.by_pair or len(ratios) >= self.MIN_RUNS
         return self.prior[job.label] * (statistics.median(ratios) if enough else 1.0)
 
 
 class GridPlan:
-    """The cells of the v2 grid and which of them can run now.
+    """The cells of a headline grid and which of them can run now.
 
-    ``jobs`` are the (dataset, model, seed, rate) runs the grid may need: pop once, and every seed of every
-    other model at every rate (only seed 0 of a base and the runs at the chosen rate are ever queued;
-    listing them all lets their time estimates be made up front), ``hashes`` their settings hashes;
-    ``eager_models`` train with compile off whatever ``overrides`` say (the compile mode is not part of a
-    run's identity, so their hashes stay the same).
+    ``jobs`` are the (width, dataset, model, seed, rate) runs the grid may need: pop once, and every seed of every
+    other model at every rate the grid may reach (its ladder, or its fixed rates; only seed 0 of a base at the
+    rates tuning asks for and the runs at the chosen rate are ever queued; listing them all lets their time
+    estimates be made up front), ``hashes`` their settings hashes; each width preset (protocol.Width) is a grid
+    of its own, on its models and datasets, tuned apart. ``eager_models`` train with compile off whatever
+    ``overrides`` say (the compile mode is not part of a run's identity, so their hashes stay the same).
     ``runnable(manifest)`` are the jobs whose rate is known and which ``manifest`` lacks."""
 
-    def __init__(self, datasets: dict, models: list[str], seeds: list[int], grid: tuple[float, ...], device: str,
-                 overrides: dict, command: str, eager_models: frozenset[str] = frozenset(),
-                 checkpoints: Path | None = None):
-        self.grid = grid
-        self.jobs: dict[tuple[str, str, int, float], HeadlineJob] = {}
-        for name, dataset in datasets.items():
-            for model in models:
-                rates = (UNTRAINED_RATE,) if model in tuning.UNTRAINED else grid
-                for seed in (seeds[:1] if model in tuning.UNTRAINED else seeds):
-                    for lr in rates:
-                        eager = {"compile": "off"} if model in eager_models else {}
-                        config = training_config(name, model, seed, device, overrides | eager, lr)
-                        self.jobs[(name, model, seed, lr)] = HeadlineJob(
-                            name, model, config, run_hash(name, dataset.options, model, config), command,
-                            checkpoints=checkpoints)
+    def __init__(self, datasets: dict, models: list[str], seeds: list[int], grid: tuning.TuningGrid | tuple[float, ...],
+                 device: str, overrides: dict, command: str, eager_models: frozenset[str] = frozenset(),
+                 checkpoints: Path | None = None, widths: dict[str, Width] | None = None, protocol: str = PROTOCOL):
+        self.grid = tuning.as_grid(grid)
+        self.jobs: dict[tuple[str, str, str, int, float], HeadlineJob] = {}
+        self.width_hashes: dict[str, set[str]] = {}
+        for width in (widths or V2.widths).values():
+            for name, dataset in datasets.items():
+                if width.datasets is not None and name not in width.datasets:
+                    continue
+                for model in models:
+                    if width.models is not None and model not in width.models:
+                        continue
+                    rates = (UNTRAINED_RATE,) if model in tuning.UNTRAINED else self.grid.ladder or self.grid.start
+                    for seed in (seeds[:1] if model in tuning.UNTRAINED else seeds):
+                        for lr in rates:
+                            eager = {"compile": "off"} if model in eager_models else {}
+                            config = training_config(name, model, seed, device, overrides | width.settings | eager, lr)
+                            job = HeadlineJob(name, model, config, run_hash(name, dataset.options, model, config),
+                                              command, checkpoints=checkpoints, width=width.name, protocol=protocol)
+                            self.jobs[(width.name, name, model, seed, lr)] = job
+                            self.width_hashes.setdefault(width.name, set()).add(job.run_hash)
         self.hashes = {job.run_hash for job in self.jobs.values()}
 
     def runnable(self, manifest: list[dict], speculate: bool = False) -> list[HeadlineJob]:
         """The jobs whose rate is known and which ``manifest`` lacks; with ``speculate``, also the other
         seeds of a base whose rate grid is incomplete, at the rate leading so far (tuning.leading_rates)."""
         finished = {(e["dataset"], e["model"], e["seed"], e["config_hash"]) for e in manifest}
-        entries = [e for e in manifest if e["config_hash"] in self.hashes]
-        choices = tuning.chosen_rates(entries, self.grid)
-        guesses = tuning.leading_rates(entries, self.grid) if speculate else {}
+        choices, extensions, guesses = {}, {}, {}
+        for width, hashes in self.width_hashes.items():
+            entries = [e for e in manifest if e["config_hash"] in hashes]
+            choices[width] = tuning.chosen_rates(entries, self.grid)
+            extensions[width] = tuning.next_rates(entries, self.grid)
+            guesses[width] = tuning.leading_rates(entries, self.grid) if speculate else {}
         ready = []
-        for (dataset, model, seed, lr), job in self.jobs.items():
-            rate = tuning.rate_for(dataset, model, choices) or tuning.rate_for(dataset, model, guesses)
-            wanted = model in tuning.UNTRAINED or job.tunes or lr == rate
+        for (width, dataset, model, seed, lr), job in self.jobs.items():
+            rate = (tuning.rate_for(dataset, model, choices[width])
+                    or tuning.rate_for(dataset, model, guesses[width]))
+            tuned = job.tunes and (lr in self.grid.start or lr == extensions[width].get((dataset, model)))
+            wanted = model in tuning.UNTRAINED or tuned or lr == rate
             if wanted and (dataset, model, seed, job.run_hash) not in finished:
                 ready.append(job)
         return ready
 
 
+def reuse_runs(manifest: Manifest, sources: list[Path], hashes: set[str]) -> int:
+    """Copy into ``manifest`` every line of the ``sources`` manifests whose settings hash is a cell of the grid
+    (``hashes``) and whose record is not in it yet (the run counts as done, not retrained); returns how many."""
+    have = {entry["record_id"] for entry in manifest.entries}
+    copied = 0
+    for path in sources:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"option --reuse: {path} does not exist")
+        for entry in read_jsonl(path):
+            if entry["config_hash"] in hashes and entry["record_id"] not in have:
+                manifest.add(entry)
+                have.add(entry["record_id"])
+                copied += 1
+    return copied
+
+
 def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_dir: Path, workers: int,
                  budget: float | None, device: str = "auto", overrides: dict | None = None,
-                 command: str = "", grid: tuple[float, ...] = tuning.LR_GRID,
+                 command: str = "", grid: tuning.TuningGrid | tuple[float, ...] = tuning.LR_GRID,
                  eager_models: frozenset[str] = frozenset(), speculate: bool = False,
-                 executor: Executor | None = None, checkpoints: Path | None = None) -> dict[str, int]:
-    """Train the grid's runs not yet in ``out_dir``'s manifest, adding each base's chosen-rate runs as its
-    rate grid completes; returns counts per outcome. The runs train on ``executor`` (default: a local pool
+                 executor: Executor | None = None, checkpoints: Path | None = None,
+                 protocol: HeadlineProtocol = V2, widths: dict[str, Width] | None = None,
+                 reuse: tuple[Path, ...] = ()) -> dict[str, int]:
+    """Train the grid's runs not yet in ``out_dir``'s manifest (``protocol``'s files; each width preset of
+    ``widths``, default the protocol's, a grid of its own), adding each base's rate extensions and chosen-rate
+    runs as its rate grid grows and completes; the lines of the ``reuse`` manifests that are cells of the grid
+    are copied in first (reuse_runs). Returns counts per outcome. The runs train on ``executor`` (default: a local pool
     of ``workers`` processes on ``device``), with per-epoch checkpoints in ``checkpoints`` if given. With
     ``speculate``, the other seeds of a base whose grid is incomplete also queue, after the rest, at the
     rate leading so far (idle workers start them while the grid's last runs train; they are passed over
     once the leading rate changes, and one that trained at a rate the grid then did not choose stays in the
     manifest, out of the tables)."""
     deadline = deadline_after(budget)
-    grid = tuning.check_grid(list(grid))
+    grid = tuning.as_grid(grid)
+    if not seeds:
+        raise OptionError("option --seeds: must be >= 1, got 0")
     tuning.check_bases(models)
     executor = executor or LocalExecutor(workers, device)
     out_dir = Path(out_dir)
-    manifest = Manifest(out_dir / MANIFEST_NAME, key=lambda entry: entry["record_id"])
-    records_path, case_ranks_path = out_dir / RECORDS_NAME, out_dir / CASE_RANKS_NAME
+    manifest = Manifest(out_dir / protocol.manifest_name, key=lambda entry: entry["record_id"])
+    records_path, case_ranks_path = out_dir / RECORDS_NAME, out_dir / protocol.case_ranks_name
     loaded = {name: load_dataset(name) for name in datasets}  # prepares the caches the workers read
     interactions = {name: dataset.stats()["interactions"] for name, dataset in loaded.items()}
     plan = GridPlan(loaded, models, seeds, grid, executor.job_device, overrides or {}, command, eager_models,
-                    checkpoints)
+                    checkpoints, widths or protocol.widths, protocol.name)
+    reused = reuse_runs(manifest, list(reuse), plan.hashes)
+    if reuse:
+        print(f"reused {reused} run(s) of {', '.join(map(str, reuse))} (settings match a cell)", flush=True)
     jobs = plan.runnable(manifest.entries, speculate)
     queued, wanted = {job.label for job in jobs}, {job.label for job in jobs}
     campaign = Campaign(executor, deadline,
@@ -308,7 +354,8 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
     prior, basis, timed = estimate_seconds(list(plan.jobs.values()), manifest.entries, interactions, plan.hashes,
                                            jobs_per_device)
     jobs, expected = order_jobs(jobs, prior, plan.runnable(manifest.entries)), CorrectedEstimates(prior, basis)
-    print(f"{len(jobs)} runs ready on {executor.describe()} (rates {', '.join(f'{r:g}' for r in grid)})"
+    ladder = f", extending along {', '.join(f'{r:g}' for r in grid.ladder)}" if grid.ladder else ""
+    print(f"{len(jobs)} runs ready on {executor.describe()} (rates {', '.join(f'{r:g}' for r in grid.start)}{ladder})"
           f"{f', budget {budget:.0f} s' if budget else ''}; {campaign.counts['already in manifest']} already in "
           f"{manifest.path}", flush=True)
 
@@ -322,8 +369,8 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
             print(f"{job.label}: diverged before its first validation ({result['error']})", flush=True)
         else:
             record = result["record"]
-            entry = {**manifest_entry(record), "jobs_per_device": jobs_per_device,
-                     "gpu_sharing": result["gpu_sharing"]}
+            entry = {**manifest_entry(record), "protocol": job.protocol, "width": job.width,
+                     "jobs_per_device": jobs_per_device, "gpu_sharing": result["gpu_sharing"]}
             append_jsonl(records_path, record)
             append_jsonl(case_ranks_path, {key: entry[key] for key in ("record_id", "dataset", "model", "seed", "lr")}
                          | {"case_ranks": record["case_ranks"]})
@@ -339,8 +386,8 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
         follow_ups = order_jobs([j for j in ready if j.label not in queued], prior, plan.runnable(manifest.entries))
         queued.update(j.label for j in follow_ups)
         if follow_ups:
-            print(f"{job.dataset}/{tuning.tuning_base(job.model)}: rate chosen or leading, {len(follow_ups)} "
-                  f"run(s) queued", flush=True)
+            print(f"{job.dataset}/{tuning.tuning_base(job.model)}{'' if job.width == WIDTH else '/' + job.width}: "
+                  f"rate extended, chosen or leading, {len(follow_ups)} run(s) queued", flush=True)
         return follow_ups
 
     not_started = campaign.run(jobs, train_cell, on_result, abandon_after=0,
@@ -382,9 +429,16 @@ def add_parser(subparsers) -> None:
     add_grid_run_options(run, "folder of the manifest and the records")
     run.add_argument("--datasets", default=",".join(DATASETS))
     run.add_argument("--models", default="all", help="comma-separated backbones, or all (every registered one)")
-    run.add_argument("--seeds", type=int, default=len(SEEDS), help="how many seeds, from 0")
-    run.add_argument("--lr-grid", default=",".join(f"{rate:g}" for rate in tuning.LR_GRID),
-                     help="comma-separated learning rates tried on seed 0 of every base backbone")
+    run.add_argument("--protocol", choices=("v2", "v3"), default="v2",
+                     help="v2: 3 seeds, a fixed rate grid; v3 (headline/v3.py): 5 seeds, a grid extending to an "
+                          "interior optimum, GRU4Rec, a second width, reusing v2's runs")
+    run.add_argument("--seeds", type=int, help="how many seeds, from 0 (default: the protocol's, 3 or 5)")
+    run.add_argument("--lr-grid", help="comma-separated increasing learning rates tried on seed 0 of every base "
+                                       "backbone (default: the protocol's; v3 extends it along its ladder)")
+    run.add_argument("--widths", help="v3: comma-separated width presets (default d64,d256)")
+    run.add_argument("--reuse", type=Path, action="append",
+                     help=f"v3: a manifest whose runs count as done where their settings match "
+                          f"(default {REUSE_DEFAULT})")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="change a training setting (for quick checks), e.g. --set epochs=1")
     run.add_argument("--eager-models", default="",
@@ -402,6 +456,9 @@ def add_parser(subparsers) -> None:
     merged.set_defaults(func=command_merge)
     tables = commands.add_parser("tables", help="results/README.md and results/<dataset>/ tables from the v2 manifest")
     tables.add_argument("--manifest", type=Path, default=RESULTS_MANIFEST)
+    tables.add_argument("--protocol", choices=("v2", "v3"), default="v2",
+                        help="v3: RESULTS_DIR/headline_v3.md from the v3 manifest and both case-ranks files there")
+    tables.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="v3: the folder read and written")
     tables.set_defaults(func=command_tables)
 
 
@@ -412,15 +469,27 @@ def command_run(args: argparse.Namespace) -> None:
     if unknown:
         raise OptionError(f"option --datasets: unknown dataset(s) {', '.join(unknown)}; registered: "
                           f"{', '.join(registry.list_datasets())}")
-    if args.seeds < 1:
-        raise OptionError(f"option --seeds: must be >= 1, got {args.seeds}")
-    overrides, grid = parse_overrides(args.set), tuning.parse_grid(args.lr_grid)
+    protocol = V3 if args.protocol == "v3" else V2
+    seeds = len(protocol.seeds) if args.seeds is None else args.seeds
+    if seeds < 1:
+        raise OptionError(f"option --seeds: must be >= 1, got {seeds}")
+    for name in ("widths", "reuse"):
+        if protocol is V2 and getattr(args, name) is not None:
+            raise OptionError(f"option --{name}: only with --protocol v3")
+    widths = parse_widths(args.widths, protocol) if args.widths is not None else protocol.widths
+    reuse = tuple(args.reuse or ((REUSE_DEFAULT,) if protocol is V3 else ()))
+    missing = [str(path) for path in reuse if not Path(path).is_file()]
+    if missing:
+        raise OptionError(f"option --reuse: {', '.join(missing)} does not exist")
+    grid = protocol.grid if args.lr_grid is None else grid_from_option(args.lr_grid, protocol)
+    overrides = parse_overrides(args.set)
     eager_models = frozenset(resolve_models(args.eager_models, "--eager-models") if args.eager_models else ())
     executor = executor_from_args(args, args.budget)
     try:
-        counts = run_headline(datasets, models, list(range(args.seeds)), args.out, 1, args.budget,
+        counts = run_headline(datasets, models, list(range(seeds)), args.out, 1, args.budget,
                               overrides=overrides, command=args.invocation, grid=grid, eager_models=eager_models,
-                              speculate=args.speculate, executor=executor, checkpoints=checkpoint_dir(args, executor))
+                              speculate=args.speculate, executor=executor, checkpoints=checkpoint_dir(args, executor),
+                              protocol=protocol, widths=widths, reuse=reuse)
     finally:
         executor.close()
     if counts[Status.FAILED.value]:
@@ -440,6 +509,12 @@ def command_import(args: argparse.Namespace) -> None:
 
 def command_tables(args: argparse.Namespace) -> None:
     from .report import write_results
+
+    if args.protocol == "v3":
+        from .v3_tables import write_v3
+
+        print(f"wrote {write_v3(args.results_dir)}")
+        return
 
     manifest = read_jsonl(args.manifest)
     if not manifest:

@@ -841,5 +841,7 @@ def write_results(manifest: list[dict], results_dir: Path | None = None, case_ra
         pareto, pareto_missing[dataset] = write_pareto(grid, dataset, solo, folder / "pareto.png")
         written += [folder / "auc.md", folder / "auc.csv", folder / "auc.png", pareto]
     path = results_dir / "README.md"
-    write_atomically(path, readme(grid, v1_entries, solo, pareto_missing))
+    from .v3_tables import readme_section
+
+    write_atomically(path, readme(grid, v1_entries, solo, pareto_missing) + readme_section(results_dir))
     return [*written, path]

@@ -1,0 +1,233 @@
+"""Headline v3: the rate grid extends to an interior optimum, v2 runs are reused, the verdict rules against
+direct computations, a bootstrap verdict that holds across resampling seeds, bad input refused."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+from scipy import optimize, stats
+
+from prism_rec.cli import main
+from prism_rec.experiments.headline import driver, verdicts
+from prism_rec.experiments.headline.protocol import V2
+from prism_rec.experiments.headline.v3 import V3
+from prism_rec.files import read_jsonl
+from prism_rec.statistics import welch
+from prism_rec.tracking.bootstrap import _percentile_interval
+from prism_rec.tracking.records import make_record
+from tests.experiments.test_headline import fake_dataset, fake_result
+
+D64 = {"d64": V3.widths["d64"]}
+
+
+def objective(model: str, lr: float) -> float:
+    """A validation AUC peaking at 3e-2 for sasrec (above the start grid) and at 1e-3 for prism."""
+    best = 3e-2 if model == "sasrec" else 1e-3
+    return 0.8 - 0.01 * abs(math.log10(lr / best))
+
+
+@pytest.fixture
+def trained(monkeypatch):
+    calls = []
+
+    def train(job):
+        calls.append(job.label)
+        tags = {"git_commit": "abc", "device": "cpu", "machine": "CPU", "command": job.command}
+        return {"status": "finished", "gpu_sharing": "none",
+                "record": make_record(fake_dataset(job.dataset), job.model, job.config,
+                                      fake_result(objective(job.model, job.config.lr)), tags, time.time())}
+
+    monkeypatch.setattr(driver, "load_dataset", fake_dataset)
+    monkeypatch.setattr(driver, "train_cell", train)
+    return calls
+
+
+def test_the_grid_extends_past_its_edge_to_an_interior_optimum(tmp_path, trained):
+    counts = driver.run_headline(["ml-100k"], ["sasrec", "prism"], [0, 1], tmp_path, 1, None, grid=V3.grid,
+                                 protocol=V3, widths=D64)
+    sasrec_rates = [label for label in trained if label.startswith("ml-100k/sasrec/") and label.endswith("/s0")]
+    assert sasrec_rates == [f"ml-100k/sasrec/lr{r:g}/s0" for r in (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1)]
+    assert {label for label in trained if label.startswith("ml-100k/prism/")} == {
+        f"ml-100k/prism/lr{r:g}/s0" for r in (3e-4, 1e-3, 3e-3, 1e-2)} | {"ml-100k/prism/lr0.001/s1"}
+    assert "ml-100k/sasrec/lr0.03/s1" in trained and counts["finished"] == 12
+    manifest = read_jsonl(tmp_path / V3.manifest_name)
+    assert {e["protocol"] for e in manifest} == {"headline-v3"} and {e["width"] for e in manifest} == {"d64"}
+    assert driver.tuning.chosen_rates(manifest, V3.grid) == {("ml-100k", "sasrec"): 3e-2, ("ml-100k", "prism"): 1e-3}
+    assert driver.tuning.edge_cells(manifest, V3.grid) == set()
+
+
+def test_v2_runs_whose_settings_match_are_reused_not_retrained(tmp_path, trained):
+    driver.run_headline(["ml-100k"], ["prism"], [0, 1, 2], tmp_path / "v2", 1, None, grid=(3e-4, 1e-3, 3e-3))
+    v2_lines = read_jsonl(tmp_path / "v2" / V2.manifest_name)
+    assert len(v2_lines) == 5
+    trained.clear()
+    counts = driver.run_headline(["ml-100k"], ["prism"], [0, 1, 2, 3, 4], tmp_path / "v3", 1, None, grid=V3.grid,
+                                 protocol=V3, widths=D64, reuse=(tmp_path / "v2" / V2.manifest_name,))
+    assert sorted(trained) == ["ml-100k/prism/lr0.001/s3", "ml-100k/prism/lr0.001/s4", "ml-100k/prism/lr0.01/s0"]
+    assert counts["already in manifest"] == 5 and counts["finished"] == 3
+    v3_lines = read_jsonl(tmp_path / "v3" / V3.manifest_name)
+    assert [e["record_id"] for e in v3_lines[:5]] == [e["record_id"] for e in v2_lines]
+    trained.clear()
+    driver.run_headline(["ml-100k"], ["prism"], [0, 1, 2, 3, 4], tmp_path / "v3", 1, None, grid=V3.grid,
+                        protocol=V3, widths=D64, reuse=(tmp_path / "v2" / V2.manifest_name,))
+    assert trained == [] and len(read_jsonl(tmp_path / "v3" / V3.manifest_name)) == 8  # copied once
+
+
+def test_the_wide_preset_is_its_own_grid_on_its_models_and_datasets(tmp_path, trained):
+    driver.run_headline(["ml-100k", "yelp-iclrec"], ["sasrec", "gru4rec"], [0], tmp_path, 1, None, grid=(1e-3,),
+                        protocol=V3)
+    assert sorted(trained) == ["ml-100k/gru4rec/lr0.001/s0", "ml-100k/sasrec/lr0.001/s0",
+                               "yelp-iclrec/d256/sasrec/lr0.001/s0", "yelp-iclrec/gru4rec/lr0.001/s0",
+                               "yelp-iclrec/sasrec/lr0.001/s0"]
+    wide = [e for e in read_jsonl(tmp_path / V3.manifest_name) if e["width"] == "d256"]
+    assert len(wide) == 1 and len({e["config_hash"] for e in read_jsonl(tmp_path / V3.manifest_name)}) == 5
+
+
+def direct_welch(a, b, alpha=0.05):
+    """Welch's interval and p written out: Welch-Satterthwaite degrees of freedom, the t quantile."""
+    a, b = np.asarray(a), np.asarray(b)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    diff, se = a.mean() - b.mean(), math.sqrt(va + vb)
+    half = stats.t.ppf(1 - alpha / 2, dof) * se
+    return diff - half, diff + half, 2 * stats.t.sf(abs(diff) / se, dof)
+
+
+def direct_detectable(std, n_a, n_b, alpha=0.05, power=0.8):
+    """The difference a two-sided pooled t test detects with ``power``: noncentral t, solved by brentq."""
+    dof, scale = n_a + n_b - 2, math.sqrt(n_a * n_b / (n_a + n_b))
+    crit = stats.t.ppf(1 - alpha / 2, dof)
+
+    def gap(effect):
+        nc = effect * scale
+        return stats.nct.sf(crit, dof, nc) + stats.nct.cdf(-crit, dof, nc) - power
+
+    return optimize.brentq(gap, 1e-6, 50) * std
+
+
+def direct_holm(p):
+    order = np.argsort(p)
+    adjusted, running = np.empty(len(p)), 0.0
+    for rank, index in enumerate(order):
+        running = max(running, (len(p) - rank) * p[index])
+        adjusted[index] = min(1.0, running)
+    return adjusted
+
+
+def test_seed_figures_match_their_direct_computations():
+    a, b = [0.712, 0.715, 0.709, 0.718, 0.711], [0.701, 0.706, 0.699, 0.703, 0.708]
+    comparison = welch(a, b)
+    low, high, p = direct_welch(a, b)
+    assert (comparison.low, comparison.high, comparison.p) == pytest.approx((low, high, p), rel=1e-9)
+    pooled = math.sqrt((np.var(a, ddof=1) * 4 + np.var(b, ddof=1) * 4) / 8)
+    assert comparison.detectable == pytest.approx(direct_detectable(pooled, 5, 5), rel=1e-4)
+    family = [0.004, 0.03, 0.2]
+    assert verdicts.seedstats.holm(family) == pytest.approx(direct_holm(np.array(family)).tolist())
+
+
+def users(mean: float, spread: float, n: int = 400, seed: int = 0) -> np.ndarray:
+    """Per-user AUC [1, n] differences centred exactly on ``mean`` with sample std ``spread``."""
+    values = np.random.default_rng(seed).normal(size=n)
+    return (mean + spread * (values - values.mean()) / values.std(ddof=1))[np.newaxis]
+
+
+def test_verdicts_follow_the_rule(monkeypatch):
+    monkeypatch.setattr(verdicts, "N_MOST", 20_000)
+    zero = np.zeros((1, 400))
+    data = {"prism": ([0.890, 0.891, 0.889, 0.892, 0.890], users(0.01, 0.05) + 0.5),
+            "gated_deltanet": ([0.880, 0.881, 0.879, 0.882, 0.880], zero + 0.5),
+            "sasrec": ([0.8901, 0.8903, 0.8899, 0.8902, 0.8900], users(0.0, 0.05, seed=1) + 0.5)}
+    family = verdicts.family([("prism", "gated_deltanet"), ("prism", "sasrec")], data, "books-dealrec")
+    p_values = [direct_welch(data["prism"][0], data[other][0])[2] for other in ("gated_deltanet", "sasrec")]
+    assert [c.adjusted_p for c in family] == pytest.approx(direct_holm(np.array(p_values)).tolist())
+    assert family[0].verdict == "prism > gated_deltanet" and family[0].users.level == pytest.approx(0.975)
+    low, high, _ = direct_welch(data["prism"][0], data["sasrec"][0])
+    bound = max(abs(low), abs(high))
+    assert bound <= family[1].gap == pytest.approx(0.0022)  # paper: Books PRISM .8888, SASRec .8910
+    assert family[1].verdict == f"equal within ±{bound:.4f}"
+    noisy = {**data, "sasrec": ([0.87, 0.91, 0.88, 0.90, 0.89], data["sasrec"][1])}
+    assert verdicts.family([("prism", "sasrec")], noisy, "books-dealrec")[0].verdict.startswith("not resolved")
+    users_disagree = {**data, "gated_deltanet": (data["gated_deltanet"][0], users(0.01, 0.05) + 0.5)}
+    assert verdicts.family([("prism", "gated_deltanet")], users_disagree, "books-dealrec")[0].verdict == (
+        "not resolved (seeds separate them; the test users' interval includes 0)")
+
+
+def test_the_bootstrap_verdict_does_not_move_with_the_resampling_seed():
+    n = 400
+    boundary = users(1.96 * 0.05 / math.sqrt(n), 0.05, n)[0]  # the ideal 2.5% bound sits at about 0
+    plain = {_percentile_interval(boundary, 10_000, 0.95, seed)[0] > 0 for seed in range(8)}
+    assert plain == {True, False}  # one fixed-size bootstrap flips with its seed on this case
+    sides = {verdicts.stable_interval(boundary, seed=seed).side for seed in range(4)}
+    assert sides == {0}
+    clear = users(0.01, 0.05, n)[0]
+    assert {verdicts.stable_interval(clear, seed=seed).side for seed in range(4)} == {1}
+    result = verdicts.stable_interval(clear, seed=0)
+    assert result.n_resamples == verdicts.N_START and not result.at_boundary
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--lr-grid", ","], "option --lr-grid: the learning-rate grid is empty"),
+    (["--lr-grid", "1e-3,3e-4"], "option --lr-grid: the rates must increase"),
+    (["--lr-grid", "0,1e-3"], "option --lr-grid: 0.0 is not a positive learning rate"),
+    (["--lr-grid", "2e-3"], "option --lr-grid: 0.002 not on the rate ladder"),
+    (["--seeds", "0"], "option --seeds: must be >= 1, got 0"),
+    (["--widths", "d64,d128"], "option --widths: unknown width preset(s) d128"),
+])
+def test_bad_input_is_refused_before_any_training(tmp_path, trained, capsys, options, message):
+    with pytest.raises(SystemExit) as exit_:
+        main(["headline", "run", "--protocol", "v3", "--out", str(tmp_path), "--models", "sasrec", *options])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert not trained and not (tmp_path / V3.manifest_name).exists()
+
+
+def test_the_v3_tables_state_grids_edges_verdicts_and_what_moved(tmp_path, monkeypatch):
+    from prism_rec.experiments.headline import v3_tables
+    from tests.experiments.test_headline_report import ELECTRONICS, run
+
+    monkeypatch.setattr(verdicts, "N_MOST", 20_000)
+    books, lines = "books-dealrec", []
+
+    def add(dataset, model, seed, lr, quality, protocol="headline-v3", width="d64", **kwargs):
+        entry, ranks = run(dataset, model, seed, lr, quality, protocol=protocol, **kwargs)
+        lines.append(({**entry, "width": width, "record_id": f"{entry['record_id']}-{width}"},
+                      {**ranks, "record_id": f"{entry['record_id']}-{width}"}))
+
+    valid = {"sasrec": {3e-4: .70, 1e-3: .74, 3e-3: .78, 1e-2: .79, 3e-2: .75},  # v2 chose 3e-3, v3 1e-2
+             "prism": {3e-4: .72, 1e-3: .80, 3e-3: .76, 1e-2: .70}, "gated_deltanet": {3e-4: .7, 1e-3: .78,
+                                                                                        3e-3: .74, 1e-2: .7}}
+    chosen = {"sasrec": 1e-2, "prism": 1e-3, "gated_deltanet": 1e-3}
+    for model, rates in valid.items():
+        for lr, quality in rates.items():
+            add(ELECTRONICS, model, 0, lr, quality, "headline-v2" if lr < 1e-2 else "headline-v3", best_valid=quality)
+        for seed in (1, 2):  # v2's seeds at v2's choice, and v3's at its own
+            add(ELECTRONICS, model, seed, 3e-3 if model == "sasrec" else 1e-3, 0.75, "headline-v2")
+        for seed in range(1 if model == "sasrec" else 3, 5):
+            add(ELECTRONICS, model, seed, chosen[model], {"prism": .78, "gated_deltanet": .74}.get(model, .7))
+    for model in ("prism", "gated_deltanet"):
+        for lr in (1e-4, 3e-4, 1e-3, 3e-3, 1e-2):
+            add(books, model, 0, lr, 0.8 - lr, width="d256", best_valid=0.8 - lr)
+        for seed in range(1, 5):
+            add(books, model, seed, 1e-4, 0.8, width="d256")
+    for name, rows in ((V3.manifest_name, [e for e, _ in lines]), (V3.case_ranks_name, [r for _, r in lines])):
+        (tmp_path / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    text = v3_tables.write_v3(tmp_path).read_text()
+    assert (f"| {ELECTRONICS} | sasrec | 0.0003 0.7000, 0.001 0.7400, 0.003 0.7800, **0.01** 0.7900, 0.03 0.7500 "
+            "| 0.01 | 0.003 |") in text
+    assert f"| {books} | prism | **0.0001** 0.7999" in text and "0.0001 ⚠ at the edge of the ladder" in text
+    assert f"Cells whose chosen rate moved: 1 ({ELECTRONICS}/sasrec (d64))." in text
+    entries = [e for e, _ in lines]
+    cells = v3_tables.cells_of([e for e in entries if e["width"] == "d64"],
+                               {r["record_id"]: r for _, r in lines}, V3.grid, 5)
+    assert [len(cells[(ELECTRONICS, m)].runs) for m in chosen] == [5, 5, 5]
+    expected = verdicts.family([("prism", "gated_deltanet"), ("prism", "sasrec")],
+                               {m: (cells[(ELECTRONICS, m)].aucs, cells[(ELECTRONICS, m)].per_user) for m in chosen},
+                               ELECTRONICS)
+    for comparison in expected:
+        assert f"**{comparison.verdict}**" in text
+        assert f"| {comparison.first} − {comparison.second}" in text and f"| {comparison.seeds.mean:+.4f} |" in text
+    assert "## Width study" in text and f"| {books} | d256 |" in text
+    assert "gated_deltanet − prism" not in text and text.count("| prism − gated_deltanet (best − second) |") == 2
