@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 from sklearn.metrics import roc_auc_score
 
 from prism_rec.protocols.authors.metrics import case_counts, full_ranking_auc, link_metrics, retrieval_metrics
@@ -25,7 +26,7 @@ def test_retrieval_metrics_equal_the_authors_loop_and_sklearn():
     rng = np.random.default_rng(0)
     scores = rng.integers(0, 6, size=(600, 30)).astype(np.float32)  # many ties; 3 batches, the last short
     target = rng.integers(0, 30, 600)
-    above, ties = case_counts(scores, target)
+    above, ties = case_counts(torch.from_numpy(scores), torch.from_numpy(target))
     metrics = retrieval_metrics(above, ties, 30)
     for name, value in authors_loop(scores, target).items():
         np.testing.assert_allclose(metrics[name], value, rtol=1e-12)

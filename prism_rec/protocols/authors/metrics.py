@@ -17,6 +17,7 @@ bootstrap over users.
 from __future__ import annotations
 
 import numpy as np
+import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 BATCH = 256  # --batch_size, load_configs.py:16: the unit their means are taken over
@@ -37,13 +38,13 @@ def batch_mean(values: np.ndarray, batch: int = BATCH) -> float:
     return float(np.mean([values[start:start + batch].mean() for start in range(0, len(values), batch)]))
 
 
-def case_counts(scores: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def case_counts(scores: torch.Tensor, target: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """``above`` and ``ties`` [B]: other candidates scored above and equal to each case's target, from
-    scores [B, N] and the target's column [B]."""
-    target_score = scores[np.arange(len(target)), target][:, None]   # [B, 1]
-    above = (scores > target_score).sum(axis=1)
-    ties = (scores == target_score).sum(axis=1) - 1                  # the target's own column
-    return above.astype(np.int64), ties.astype(np.int64)
+    scores [B, N] and the target's column [B], counted where the scores are (on the device)."""
+    target_score = scores.gather(1, target[:, None])                      # [B, 1]
+    above = (scores > target_score).sum(dim=1)
+    ties = (scores == target_score).sum(dim=1) - 1                        # the target's own column
+    return above.cpu().numpy().astype(np.int64), ties.cpu().numpy().astype(np.int64)
 
 
 def retrieval_metrics(above: np.ndarray, ties: np.ndarray, n_items: int) -> dict[str, float]:

@@ -166,8 +166,8 @@ def evaluate_retrieval(scorer: Scorer, part: int, batch_size: int) -> tuple[np.n
     above, ties = [], []
     for start in range(0, len(edges), batch_size):
         batch = edges[start:start + batch_size]
-        scores = scorer.against_all(batch, dst_all).float().cpu().numpy()
-        counts = case_counts(scores, np.searchsorted(scorer.task.items, scorer.task.dst[batch]))
+        target = torch.from_numpy(np.searchsorted(scorer.task.items, scorer.task.dst[batch])).to(scorer.device)
+        counts = case_counts(scorer.against_all(batch, dst_all).float(), target)
         above.append(counts[0])
         ties.append(counts[1])
     return np.concatenate(above), np.concatenate(ties)
