@@ -16,8 +16,11 @@ Follows rec/models/SASRec.py:44-157 (the same encoder in rec/models/prism.py:100
   HSTU.py:69-70, MAMBA2.py:81-82, TTT.py:64-65, TITANS.py:75-76); an integer gives every model that width;
 - time encoding: cos(t w + b), w_i = 10^(-9 i / (d - 1)), b = 0, both trained (modules.py:7-39), d = 100.
 
-Differences: the backbone is the suite's registered one (``prism_rec.registry``) at width 4 x channel, fed
-a mask of all real tokens: the padding slots are node-0 tokens as SASRec.py and prism.py process them
+Differences: the backbone is the suite's registered one (``prism_rec.registry``) at width 4 x channel with
+its own initialisation: ``sasrec`` is the original SASRec block (query LayerNorm, ReLU feed-forward,
+``baselines/sasrec.py``), not the authors' pre-norm GELU TransformerEncoder (SASRec.py:170-214), and the
+``-authors`` presets stand for their GDN, PRISM and Mamba-2 mixers (results/paper_vs_code.md); the
+backbone is fed a mask of all real tokens: the padding slots are node-0 tokens as SASRec.py and prism.py process them
 (GDeltanet.py:156-158 masks them instead); backbones that ask for learned positions get none (the authors'
 SASRec has none: the time encoding is its only order signal). ``null`` has no token mixing: the output at
 a position is its own token plus the user token.
@@ -40,8 +43,7 @@ POP = "pop"
 
 
 def model_names() -> list[str]:
-    """The models this protocol trains: every registered backbone but the popularity sentinel, ``null``
-    and ``pop``."""
+    """The models this protocol trains: every registered backbone (``pop`` among them, the floor) and ``null``."""
     return sorted({*list_backbones(), NULL, POP})
 
 

@@ -3,7 +3,8 @@
 Per dataset and head width: each model's test AUC as the authors compute it (batch means, ``metrics``),
 this suite's full-ranking AUC on the same cases with a 95 % cluster bootstrap interval over test users
 (prism_rec.tracking.bootstrap: a user's cases move together), Hit@200, the link AP and ROC-AUC with one
-random negative, and paired differences of every model against ``null`` and ``sasrec`` on the same users.
+random negative, and paired differences on the same users: every model against ``null`` and ``sasrec``,
+and PRISM against Gated DeltaNet (the authors' presets and the faithful pair), the gap of the paper's ordering.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ PAPER_MODEL = {"sasrec": "SASRec", "hstu": "HSTU", "mamba2": "Mamba-2", "mamba2-
                "gated_deltanet": "Gated DeltaNet", "gdn-authors": "Gated DeltaNet", "ttt-linear": "TTT",
                "ttt-mlp": "TTT", "titans": "Titans", "prism": "PRISM", "prism-authors": "PRISM"}
 REFERENCES = ("null", "sasrec")
+ORDERING_PAIRS = (("prism-authors", "gdn-authors"), ("prism", "gated_deltanet"))
 
 
 def load_runs(folders: list[Path]) -> list[dict]:
@@ -89,16 +91,16 @@ def group_table(runs: list[dict], dataset: str) -> tuple[str, str]:
     table = pipe_table(["model", "head width", "seeds", "AUC (theirs)", "full-ranking AUC", "95% interval",
                         "Hit@200 (theirs)", "link AP", "link ROC-AUC", "best epochs",
                         f"paper {domain or '(no domain)'}"], rows, "lrrrrrrrrlr")
+    pairs = [(model, reference) for reference in REFERENCES for model in order
+             if model != reference and reference in matrices]
+    pairs += [pair for pair in ORDERING_PAIRS if set(pair) <= set(matrices)]
     differences = []
-    for reference in REFERENCES:
-        for model in order:
-            if model == reference or reference not in matrices:
-                continue
-            with warnings.catch_warnings():  # Welch's test warns on a floor's identical seeds; its p stands
-                warnings.simplefilter("ignore", RuntimeWarning)
-                d = paired_difference(matrices[model], matrices[reference], cases=counts)
-            differences.append([f"{model} - {reference}", f"{d.mean:+.4f}", f"[{d.low:+.4f}, {d.high:+.4f}]",
-                                f"{d.seed_p:.3g}", verdict(d)])
+    for model, reference in pairs:
+        with warnings.catch_warnings():  # Welch's test warns on a floor's identical seeds; its p stands
+            warnings.simplefilter("ignore", RuntimeWarning)
+            d = paired_difference(matrices[model], matrices[reference], cases=counts)
+        differences.append([f"{model} - {reference}", f"{d.mean:+.4f}", f"[{d.low:+.4f}, {d.high:+.4f}]",
+                            f"{d.seed_p:.3g}", verdict(d)])
     paired = pipe_table(["difference", "full-ranking AUC", "95% interval", "seed p", "verdict"], differences,
                         "lrrrl") if differences else "(one model only: no paired differences)"
     return table, paired
@@ -109,15 +111,22 @@ def write_report(folders: list[Path], path: Path = REPORT, command: str = "") ->
     runs = load_runs(folders)
     if not runs:
         raise OptionError(f"option --from: no finished runs in {', '.join(map(str, folders))}")
-    sections = []
     groups: dict[tuple[str, str], list[dict]] = {}
+    pop_runs: dict[str, list[dict]] = {}
     for run in runs:
-        groups.setdefault((run["dataset"], run["config"]["head_width"]), []).append(run)
-    pop_runs = {dataset: [r for r in runs if r["dataset"] == dataset and r["config"]["model"] == "pop"]
-                for dataset, _ in groups}
+        if run["config"]["model"] == "pop":  # the floor has no head: shown in every width's table
+            pop_runs.setdefault(run["dataset"], []).append(run)
+        else:
+            groups.setdefault((run["dataset"], run["config"]["head_width"]), []).append(run)
+    for dataset, floor in pop_runs.items():
+        if not any(key[0] == dataset for key in groups):
+            groups[(dataset, floor[0]["config"]["head_width"])] = []
+    sections = []
     for (dataset, head), group in sorted(groups.items()):
-        if head != "per-backbone" and all(r["config"]["model"] != "pop" for r in group):
-            group = group + pop_runs[dataset]  # the floor has no head: shown in every width's table
+        group = group + pop_runs.get(dataset, [])
+        if len({json.dumps(run["task"], sort_keys=True) for run in group}) > 1:
+            raise OptionError(f"option --from: the runs of {dataset} were made on different edge tasks "
+                              f"(--min-user-edges or data differ); give folders of one task")
         stats = group[0]["task"]
         table, paired = group_table(group, dataset)
         sections.append(
