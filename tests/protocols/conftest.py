@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from prism_rec.protocols.authors.data import build_task
 
@@ -27,3 +28,13 @@ def frame() -> pd.DataFrame:
 @pytest.fixture
 def task():
     return build_task(edge_frame(), "tiny", "unix seconds", 5)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One CPU thread, as `prism-rec authors` trains by default: several threads slow down many-fold
+    on a shared machine and split reductions differently."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

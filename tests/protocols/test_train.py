@@ -6,6 +6,8 @@ import pytest
 import torch
 
 from prism_rec.cli import main
+from prism_rec.errors import OptionError
+from prism_rec.files import write_jsonl
 from prism_rec.protocols.authors import grid
 from prism_rec.protocols.authors.report import write_report
 from prism_rec.protocols.authors.train import EarlyStopping, RunConfig, run
@@ -58,6 +60,10 @@ def test_the_grid_resumes_and_respects_its_budget(task, tmp_path, monkeypatch):
     report = write_report([tmp_path], tmp_path / "report.md", "test")
     text = report.read_text()
     assert "### tiny, head width 8" in text and "| pop - null |" in text and "$" not in text
+    rows[0]["task"] = {**rows[0]["task"], "min_user_edges": 1}
+    write_jsonl(tmp_path / "manifest.jsonl", rows)
+    with pytest.raises(OptionError, match="option --from: the runs of tiny were made on different edge tasks"):
+        write_report([tmp_path], tmp_path / "report.md")
 
 
 @pytest.mark.parametrize("argv, message", [
