@@ -1,5 +1,5 @@
 """The ``prism-rec`` command line: list, bench, tables, import-runs, ui, data, probe, throughput, headline,
-split-study, scaling."""
+split-study, scaling, authors."""
 
 from __future__ import annotations
 
@@ -105,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .experiments.headline import driver as headline
     from .experiments.probes import cli as probe_commands
     from .experiments.throughput import command as throughput_command
+    from .protocols.authors import commands as authors_commands
     from .tracking.tables import LOCAL_RESULTS_DIR
 
     parser = argparse.ArgumentParser(prog="prism-rec", description=__doc__)
@@ -177,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     headline.add_parser(commands)
     split_study.add_parser(commands)
     scaling.add_parser(commands)
+    authors_commands.add_parser(commands)
     return parser
 
 
