@@ -13,10 +13,11 @@
 # the committed ones the file outgrows the 16 MiB a device call returns), headline.records.jsonl and
 # headline_log.txt (and triton_cache.tgz: gpu_setup.sh); results/README.md ("Reproducing") says how to merge
 # and import them here.
-# COMPILE (default off) is the training step's compile mode (TrainConfig.compile: graphs, cudagraphs, ...;
-# results/step_compile.md measured it alone on the GPU); runs keep their settings hash across it, and each
-# manifest line says its mode. Unless it is off, the compiled encoder of every backbone of MODELS is first
-# checked against eager on the GPU (benchmarks/step_bench.py --check-only, CHECK_PROCESSES at a time,
+# COMPILE (default auto: each backbone's mode of VERIFIED_MODES in prism_rec/training/compile.py, eager for
+# the others) is the training step's compile mode (TrainConfig.compile: off, graphs, cudagraphs, ...;
+# results/step.md measured them alone on the GPU); runs keep their settings hash across it, and each
+# manifest line says its mode. For a mode named here (not auto, not off), the compiled encoder of every
+# backbone of MODELS is first checked against eager on the GPU (benchmarks/step_bench.py --check-only, CHECK_PROCESSES at a time,
 # default 6, each stopped after CHECK_SECONDS, default 180); the backbones whose check differs, fails or
 # times out train eager (headline run --eager-models); the check's time comes off BUDGET.
 # SPECULATE (default 1) passes --speculate: workers left idle start the other seeds of a backbone whose rate
@@ -29,6 +30,10 @@
 # SPLIT_WORKERS=N (default 0) also runs the split study (prism_rec/experiments/split_study.py) beside the grid on N
 # more workers through the same MPS server, for the same budget; it writes split_manifest.jsonl,
 # split_case_ranks.jsonl (the new lines only) and split_log.txt into OUT_DIR/split.
+# AUTHORS_ARGS="--datasets ... --models ..." (default empty: none) also runs the authors' protocol grid
+# (prism-rec authors grid, prism_rec/protocols/authors/) beside it through the same MPS server, for the same
+# budget, continuing OUT_DIR/authors_grid (carry build/authors_grid to continue an earlier call's); its
+# manifest and log land in OUT_DIR/authors_grid.
 set -uo pipefail
 out=${1:?usage: benchmarks/headline_gpu.sh OUT_DIR}
 : "${PRISM_REC_GIT_COMMIT:?set PRISM_REC_GIT_COMMIT to the commit this tree is (the copy has no .git)}"
@@ -54,9 +59,9 @@ new_lines_only() {
         tail -c +$((committed + 1)) "$2" > "${2%.jsonl}.new.jsonl" && rm "$2"
     fi
 }
-compile_mode=${COMPILE:-off}
+compile_mode=${COMPILE:-auto}
 eager_models=
-if [ "$compile_mode" != off ]; then
+if [ "$compile_mode" != off ] && [ "$compile_mode" != auto ]; then
     checked_at=$SECONDS
     models=$(python3 -c "from prism_rec.options import resolve_models; print(*resolve_models('${MODELS:-all}'))")
     if [ -z "$models" ]; then echo "MODELS=${MODELS:-all}: no backbone to check"; exit 1; fi
@@ -81,6 +86,15 @@ if [ "${SPLIT_WORKERS:-0}" -gt 0 ]; then
         --budget "$budget" --device "$device" > "$out/split/split_log.txt" 2>&1 &
     split_pid=$!
 fi
+authors_pid=
+if [ -n "${AUTHORS_ARGS:-}" ]; then
+    mkdir -p "$out/authors_grid"
+    if [ -d build/authors_grid ]; then cp -r build/authors_grid/. "$out/authors_grid/"; fi
+    # shellcheck disable=SC2086  # one word per argument
+    timeout $((budget + 45)) python3 -m prism_rec.cli authors grid --out "$out/authors_grid" --budget "$budget" \
+        --device "${device%%,*}" $AUTHORS_ARGS > "$out/authors_grid/authors_log.txt" 2>&1 &
+    authors_pid=$!
+fi
 timeout $((budget + 45)) python3 -m prism_rec.cli headline run --protocol "$protocol" --out "$out" --datasets "$datasets" \
     --models "${MODELS:-all}" --workers "$workers" --budget "$budget" --device "$device" \
     --set compile="$compile_mode" ${eager_models:+--eager-models "$eager_models"} \
@@ -90,6 +104,12 @@ if [ -n "$split_pid" ]; then
     wait "$split_pid" || status=1
     new_lines_only results/split_case_ranks.jsonl "$out/split/split_case_ranks.jsonl"
     tail -n 3 "$out/split/split_log.txt"
+fi
+if [ -n "$authors_pid" ]; then
+    # exit status 3: runs left for the next call (prism-rec authors grid --help)
+    wait "$authors_pid"; authors_status=$?
+    if [ "$authors_status" != 0 ] && [ "$authors_status" != 3 ]; then status=1; fi
+    tail -n 3 "$out/authors_grid/authors_log.txt"
 fi
 prism_rec_stop_mps
 new_lines_only "results/headline_${protocol}_case_ranks.jsonl" "$out/headline_${protocol}_case_ranks.jsonl"
