@@ -32,7 +32,7 @@
 # split_case_ranks.jsonl (the new lines only) and split_log.txt into OUT_DIR/split.
 # AUTHORS_ARGS="--datasets ... --models ..." (default empty: none) also runs the authors' protocol grid
 # (prism-rec authors grid, prism_rec/protocols/authors/) beside it through the same MPS server, for the same
-# budget, continuing OUT_DIR/authors_grid (carry build/authors_grid to continue an earlier call's); its
+# budget, continuing OUT_DIR/authors_grid (carry results/authors_grid to continue an earlier call's); its
 # manifest and log land in OUT_DIR/authors_grid.
 set -uo pipefail
 out=${1:?usage: benchmarks/headline_gpu.sh OUT_DIR}
@@ -89,7 +89,7 @@ fi
 authors_pid=
 if [ -n "${AUTHORS_ARGS:-}" ]; then
     mkdir -p "$out/authors_grid"
-    if [ -d build/authors_grid ]; then cp -r build/authors_grid/. "$out/authors_grid/"; fi
+    if [ -d results/authors_grid ]; then cp -r results/authors_grid/. "$out/authors_grid/"; fi
     # shellcheck disable=SC2086  # one word per argument
     timeout $((budget + 45)) python3 -m prism_rec.cli authors grid --out "$out/authors_grid" --budget "$budget" \
         --device "${device%%,*}" $AUTHORS_ARGS > "$out/authors_grid/authors_log.txt" 2>&1 &
