@@ -1,0 +1,479 @@
+"""Chunk-split Triton delta scan: the forward and the backward split into separate kernels by what they
+compute, as fla's chunked Gated DeltaNet splits them; chunks of 64 by default; PRISM's rank-L extra writes
+included (kernels/naive.py is the executable specification, kernels/chunk.py derives the chunk form).
+
+Per chunk of C tokens (G the cumulative log-decay inside it, gamma = exp(G), G_C its last value,
+D[t, s] = exp(G_t - G_s)), with h the state at the chunk's start and h' at its end:
+
+    A    [C, C]  = beta_t D[t, s] (k_t . k_s), s < t            T = (I + A)^{-1}
+    Bx_l [C, C]  = beta_t D[t, s] (k_t . ek_{s,l}), s < t       (the extra writes the erase sees)
+    w    [C, K]  = T (beta gamma k)                             u [C, V] = T (beta v - sum_l Bx_l ev_l)
+    v_new        = u - w h                                      (the values written after the erase)
+    o            = scale (gamma q h + (M D q k^T) v_new + sum_l (M D q ek_l^T) ev_l), M: s <= t
+    h'           = exp(G_C) h + (exp(G_C - G) k)^T v_new + E,   E = sum_l (exp(G_C - G) ek_l)^T ev_l
+
+Without beta (SSD / gated linear attention) A = Bx = 0, w = 0 and u = v. Forward launches:
+`_wy_forward_kernel` (grid chunks x B*H: G, T, w, u, E), `_state_forward_kernel` (grid value blocks x B*H,
+sequential over chunks: h at every chunk start and v_new), `_output_kernel` (grid value blocks x chunks x
+B*H: o). Backward launches, dh' being the gradient of a chunk's end state:
+`_local_value_grad_kernel` (scale (M D q k^T)^T do), `_state_backward_kernel` (sequential in reverse:
+dv_new = that + (exp(G_C - G) k) dh' and dh = exp(G_C) dh' + scale (gamma q)^T do - w^T dv_new),
+`_key_grads_kernel` (dq, and the parts of dk, dG, d(extra_k), d(extra_v) from o and h', dw = -dv_new h^T),
+`_wy_backward_kernel` (back through w, u and T: dA = -T^T (dw X^T + dv_new Y^T) T^T with X = beta gamma k
+and Y = beta v - sum_l Bx_l ev_l; then dk, dv, dbeta, d(extra_k), d(extra_v), and dg as the reverse
+cumulative sum of dG inside the chunk). The extra writes add loops over l only to the parallel kernels;
+the sequential ones read E.
+
+Kept between kernels in the inputs' dtype (as fla keeps them): w, u, v_new and h; in fp32: G, T, E,
+the final state, and every gradient buffer. Products take their operands in the inputs' dtype with fp32
+accumulation (bf16 tensor cores for bf16 inputs, full fp32 for fp32 inputs); the products of T with the
+fp32 gradient of T stay fp32.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from .triton_chunk import (_chunk_tokens, _given_or_zeros, _masked_decay, _on_input_device, _state_block,
+                           _unit_lower_inverse, _value_block)
+
+CHUNK = 64
+CHUNKS = (16, 32, 64)  # what _unit_lower_inverse supports
+
+
+@triton.jit
+def _rows(ptr, row, t, T, width, col0, BW: tl.constexpr):
+    """Columns col0..col0+BW of rows ``row`` [BT] of a [.., width] tensor, zero past T and width."""
+    cols = col0 + tl.arange(0, BW)
+    return tl.load(ptr + row[:, None] * width + cols[None, :], mask=(t[:, None] < T) & (cols[None, :] < width),
+                   other=0.0)
+
+
+@triton.jit
+def _store_rows(ptr, row, t, T, width, col0, x, BW: tl.constexpr):
+    cols = col0 + tl.arange(0, BW)
+    tl.store(ptr + row[:, None] * width + cols[None, :], x.to(ptr.dtype.element_ty),
+             mask=(t[:, None] < T) & (cols[None, :] < width))
+
+
+@triton.jit
+def _mm(a, b, DT: tl.constexpr, PRECISION: tl.constexpr):
+    """a @ b with both operands in DT (the inputs' dtype), accumulated in fp32."""
+    return tl.dot(a.to(DT), b.to(DT), input_precision=PRECISION)
+
+
+@triton.jit
+def _chunk_G(G_ptr, bh, chunk, T, H, BT: tl.constexpr):
+    """Tokens t [BT] and rows of one chunk, G [BT] (G_C past T, so no decay there exceeds 1), G_C, and the
+    chunk's last token index."""
+    b = bh // H
+    h = bh % H
+    t, row = _chunk_tokens(b, h, chunk, T, H, BT)
+    last = tl.minimum(chunk * BT + BT, T) - 1
+    G_last = tl.load(G_ptr + (b * T + last) * H + h)
+    G = tl.where(t < T, tl.load(G_ptr + row, mask=t < T, other=0.0), G_last)
+    return t, row, G, G_last, last
+
+
+@triton.jit
+def _wy_forward_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, G_ptr, inverse_ptr, w_ptr, u_ptr,
+                       extra_state_ptr, T, H, K, V, L, NT, HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr,
+                       PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """Per chunk: G; with beta T [BT, BT], w and u; with extra writes E [K, V]."""
+    chunk = tl.cast(tl.program_id(0), tl.int64)
+    bh = tl.cast(tl.program_id(1), tl.int64)
+    DT = k_ptr.dtype.element_ty
+    tokens = tl.arange(0, BT)
+    t, row = _chunk_tokens(bh // H, bh % H, chunk, T, H, BT)
+    g = tl.load(g_ptr + row, mask=t < T, other=0.0).to(tl.float32)
+    G = tl.cumsum(g, 0)  # past T: G_C (g = 0 there)
+    tl.store(G_ptr + row, G, mask=t < T)
+    k = _rows(k_ptr, row, t, T, K, 0, BK)
+    to_end = tl.exp(tl.sum(g, 0) - G)
+    if HAS_BETA:
+        beta = tl.load(beta_ptr + row, mask=t < T, other=0.0).to(tl.float32)
+        decay_strict = _masked_decay(G, tokens[:, None] > tokens[None, :])
+        inverse = _unit_lower_inverse(beta[:, None] * decay_strict * _mm(k, tl.trans(k), DT, PRECISION), BT)
+        tl.store(inverse_ptr + ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :], inverse)
+        w = _mm(inverse, (beta * tl.exp(G))[:, None] * k.to(tl.float32), DT, PRECISION)
+        _store_rows(w_ptr, row, t, T, K, 0, w, BK)
+    if HAS_BETA or HAS_EXTRA:
+        for i in range(tl.cdiv(V, BV)):
+            v0 = i * BV
+            if HAS_BETA:
+                y = beta[:, None] * _rows(v_ptr, row, t, T, V, v0, BV).to(tl.float32)  # [BT, BV]
+            if HAS_EXTRA:
+                extra_state = tl.zeros([BK, BV], dtype=tl.float32)
+                for l in range(L):
+                    ek = _rows(ek_ptr, row * L + l, t, T, K, 0, BK)
+                    ev = _rows(ev_ptr, row * L + l, t, T, V, v0, BV)
+                    if HAS_BETA:
+                        bx = beta[:, None] * decay_strict * _mm(k, tl.trans(ek), DT, PRECISION)
+                        y -= _mm(bx, ev, DT, PRECISION)
+                    extra_state += _mm(tl.trans(ek.to(tl.float32) * to_end[:, None]), ev, DT, PRECISION)
+                state_offsets, state_mask = _state_block(v0, K, V, BK, BV)
+                tl.store(extra_state_ptr + (bh * NT + chunk) * K * V + state_offsets, extra_state, mask=state_mask)
+            if HAS_BETA:
+                _store_rows(u_ptr, row, t, T, V, v0, _mm(inverse, y, DT, PRECISION), BV)
+
+
+@triton.jit
+def _state_forward_kernel(k_ptr, u_ptr, w_ptr, G_ptr, extra_state_ptr, s0_ptr, states_ptr, v_new_ptr, final_ptr,
+                          T, H, K, V, NT, HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr,
+                          HAS_INITIAL: tl.constexpr, PRECISION: tl.constexpr,
+                          BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """The sequential pass over chunks: h at every chunk start, v_new = u - w h, the final state.
+    u_ptr is v itself without beta."""
+    v0 = tl.program_id(0) * BV
+    bh = tl.cast(tl.program_id(1), tl.int64)
+    DT = k_ptr.dtype.element_ty
+    state_offsets, state_mask = _state_block(v0, K, V, BK, BV)  # [BK, BV]
+    state = _given_or_zeros(s0_ptr + bh * K * V, state_offsets, state_mask, HAS_INITIAL, BK, BV)
+    for n in range(NT):
+        chunk = tl.cast(n, tl.int64)
+        base = (bh * NT + chunk) * K * V
+        tl.store(states_ptr + base + state_offsets, state.to(states_ptr.dtype.element_ty), mask=state_mask)
+        t, row, G, G_last, _ = _chunk_G(G_ptr, bh, chunk, T, H, BT)
+        v_new = _rows(u_ptr, row, t, T, V, v0, BV).to(tl.float32)
+        if HAS_BETA:
+            v_new -= _mm(_rows(w_ptr, row, t, T, K, 0, BK), state, DT, PRECISION)
+        _store_rows(v_new_ptr, row, t, T, V, v0, v_new, BV)
+        k_end = _rows(k_ptr, row, t, T, K, 0, BK).to(tl.float32) * tl.exp(G_last - G)[:, None]
+        state = tl.exp(G_last) * state + _mm(tl.trans(k_end), v_new, DT, PRECISION)
+        if HAS_EXTRA:
+            state += tl.load(extra_state_ptr + base + state_offsets, mask=state_mask, other=0.0)
+    tl.store(final_ptr + bh * K * V + state_offsets, state, mask=state_mask)
+
+
+@triton.jit
+def _output_kernel(q_ptr, k_ptr, ek_ptr, ev_ptr, G_ptr, states_ptr, v_new_ptr, o_ptr, scale, T, H, K, V, L, NT,
+                   HAS_EXTRA: tl.constexpr, PRECISION: tl.constexpr,
+                   BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """Per chunk and value block: o = scale (gamma q h + (M D q k^T) v_new + sum_l (M D q ek_l^T) ev_l)."""
+    v0 = tl.program_id(0) * BV
+    chunk = tl.cast(tl.program_id(1), tl.int64)
+    bh = tl.cast(tl.program_id(2), tl.int64)
+    DT = k_ptr.dtype.element_ty
+    tokens = tl.arange(0, BT)
+    t, row, G, _, _ = _chunk_G(G_ptr, bh, chunk, T, H, BT)
+    decay_incl = _masked_decay(G, tokens[:, None] >= tokens[None, :])
+    q = _rows(q_ptr, row, t, T, K, 0, BK)
+    state_offsets, state_mask = _state_block(v0, K, V, BK, BV)
+    state = tl.load(states_ptr + (bh * NT + chunk) * K * V + state_offsets, mask=state_mask, other=0.0)
+    o = tl.exp(G)[:, None] * _mm(q, state, DT, PRECISION)
+    scores = decay_incl * _mm(q, tl.trans(_rows(k_ptr, row, t, T, K, 0, BK)), DT, PRECISION)
+    o += _mm(scores, _rows(v_new_ptr, row, t, T, V, v0, BV), DT, PRECISION)
+    if HAS_EXTRA:
+        for l in range(L):
+            extra_scores = decay_incl * _mm(q, tl.trans(_rows(ek_ptr, row * L + l, t, T, K, 0, BK)), DT, PRECISION)
+            o += _mm(extra_scores, _rows(ev_ptr, row * L + l, t, T, V, v0, BV), DT, PRECISION)
+    _store_rows(o_ptr, row, t, T, V, v0, scale * o, BV)
+
+
+@triton.jit
+def _local_value_grad_kernel(q_ptr, k_ptr, G_ptr, do_ptr, dv_ptr, scale, T, H, K, V, PRECISION: tl.constexpr,
+                             BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """Per chunk and value block: the gradient of v_new through the chunk's own outputs, scale (M D q k^T)^T do."""
+    v0 = tl.program_id(0) * BV
+    chunk = tl.cast(tl.program_id(1), tl.int64)
+    bh = tl.cast(tl.program_id(2), tl.int64)
+    DT = k_ptr.dtype.element_ty
+    tokens = tl.arange(0, BT)
+    t, row, G, _, _ = _chunk_G(G_ptr, bh, chunk, T, H, BT)
+    scores_t = tl.trans(_masked_decay(G, tokens[:, None] >= tokens[None, :])) * _mm(
+        _rows(k_ptr, row, t, T, K, 0, BK), tl.trans(_rows(q_ptr, row, t, T, K, 0, BK)), DT, PRECISION)
+    d_o = _rows(do_ptr, row, t, T, V, v0, BV)
+    _store_rows(dv_ptr, row, t, T, V, v0, scale * _mm(scores_t, d_o, DT, PRECISION), BV)
+
+
+@triton.jit
+def _state_backward_kernel(q_ptr, k_ptr, w_ptr, G_ptr, do_ptr, dfinal_ptr, dv_ptr, d_states_ptr, ds0_ptr, scale,
+                           T, H, K, V, NT, HAS_BETA: tl.constexpr, HAS_DFINAL: tl.constexpr, PRECISION: tl.constexpr,
+                           BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """The sequential pass in reverse: dh' of every chunk, dv_new (dv_ptr holds the local part on entry) and dh0."""
+    v0 = tl.program_id(0) * BV
+    bh = tl.cast(tl.program_id(1), tl.int64)
+    DT = k_ptr.dtype.element_ty
+    state_offsets, state_mask = _state_block(v0, K, V, BK, BV)
+    d_state = _given_or_zeros(dfinal_ptr + bh * K * V, state_offsets, state_mask, HAS_DFINAL, BK, BV)
+    for i in range(NT):
+        chunk = tl.cast(NT - 1 - i, tl.int64)
+        tl.store(d_states_ptr + (bh * NT + chunk) * K * V + state_offsets,
+                 d_state.to(d_states_ptr.dtype.element_ty), mask=state_mask)
+        t, row, G, G_last, _ = _chunk_G(G_ptr, bh, chunk, T, H, BT)
+        k_end = _rows(k_ptr, row, t, T, K, 0, BK).to(tl.float32) * tl.exp(G_last - G)[:, None]
+        dv = _rows(dv_ptr, row, t, T, V, v0, BV) + _mm(k_end, d_state, DT, PRECISION)
+        _store_rows(dv_ptr, row, t, T, V, v0, dv, BV)
+        q_start = _rows(q_ptr, row, t, T, K, 0, BK).to(tl.float32) * (scale * tl.exp(G))[:, None]
+        d_state = tl.exp(G_last) * d_state + _mm(tl.trans(q_start), _rows(do_ptr, row, t, T, V, v0, BV), DT,
+                                                 PRECISION)
+        if HAS_BETA:
+            d_state -= _mm(tl.trans(_rows(w_ptr, row, t, T, K, 0, BK)), dv, DT, PRECISION)
+    tl.store(ds0_ptr + bh * K * V + state_offsets, d_state, mask=state_mask)
+
+
+@triton.jit
+def _key_grads_kernel(q_ptr, k_ptr, ek_ptr, ev_ptr, G_ptr, states_ptr, d_states_ptr, v_new_ptr, dv_ptr, do_ptr,
+                      dq_ptr, dk_ptr, dw_ptr, dG_ptr, dek_ptr, dev_ptr, scale, T, H, K, V, L, NT,
+                      HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, PRECISION: tl.constexpr,
+                      BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """Per chunk: dq; the parts of dk, dG (before the cumulative sum), d(extra_k), d(extra_v) through o and
+    h'; with beta dw = -dv_new h^T. The value dimension is walked in blocks of BV."""
+    chunk = tl.cast(tl.program_id(0), tl.int64)
+    bh = tl.cast(tl.program_id(1), tl.int64)
+    DT = k_ptr.dtype.element_ty
+    tokens = tl.arange(0, BT)
+    inclusive = tokens[:, None] >= tokens[None, :]
+    t, row, G, G_last, last = _chunk_G(G_ptr, bh, chunk, T, H, BT)
+    to_end = tl.exp(G_last - G)
+    decay_incl = _masked_decay(G, inclusive)
+    base = (bh * NT + chunk) * K * V
+    q = _rows(q_ptr, row, t, T, K, 0, BK)
+    k = _rows(k_ptr, row, t, T, K, 0, BK)
+    dq = tl.zeros([BT, BK], dtype=tl.float32)
+    dk = tl.zeros([BT, BK], dtype=tl.float32)
+    dw = tl.zeros([BT, BK], dtype=tl.float32)
+    d_scores = tl.zeros([BT, BT], dtype=tl.float32)
+    state_dot = tl.zeros([BK], dtype=tl.float32)  # rows of sum(h * dh')
+    for i in range(tl.cdiv(V, BV)):
+        v0 = i * BV
+        state_offsets, state_mask = _state_block(v0, K, V, BK, BV)
+        state = tl.load(states_ptr + base + state_offsets, mask=state_mask, other=0.0)
+        d_state = tl.load(d_states_ptr + base + state_offsets, mask=state_mask, other=0.0)
+        d_o = _rows(do_ptr, row, t, T, V, v0, BV)
+        v_new = _rows(v_new_ptr, row, t, T, V, v0, BV)
+        dq += _mm(d_o, tl.trans(state), DT, PRECISION)
+        d_scores += _mm(d_o, tl.trans(v_new), DT, PRECISION)
+        dk += _mm(v_new, tl.trans(d_state), DT, PRECISION)
+        if HAS_BETA:
+            dw -= _mm(_rows(dv_ptr, row, t, T, V, v0, BV), tl.trans(state), DT, PRECISION)
+        state_dot += tl.sum(state.to(tl.float32) * d_state.to(tl.float32), 1)
+    # o: scale gamma q h; h': exp(G_C) h + (exp(G_C - G) k)^T v_new
+    dq *= (scale * tl.exp(G))[:, None]
+    dG = tl.sum(dq * q.to(tl.float32), 1)
+    dk *= to_end[:, None]
+    z_end = tl.sum(dk * k.to(tl.float32), 1)
+    dG -= z_end
+    d_last = tl.exp(G_last) * tl.sum(state_dot, 0) + tl.sum(z_end, 0)
+    # o: scale (M D q k^T) v_new
+    scores = decay_incl * _mm(q, tl.trans(k), DT, PRECISION)
+    d_scores = scale * tl.where(inclusive, d_scores, 0.0)
+    z = d_scores * scores
+    dG += tl.sum(z, 1) - tl.sum(z, 0)
+    d_qk = d_scores * decay_incl
+    dq += _mm(d_qk, k, DT, PRECISION)
+    dk += _mm(tl.trans(d_qk), q, DT, PRECISION)
+    if HAS_EXTRA:
+        for l in range(L):
+            ek = _rows(ek_ptr, row * L + l, t, T, K, 0, BK)
+            ek_end = ek.to(tl.float32) * to_end[:, None]
+            extra_scores_t = tl.trans(decay_incl * _mm(q, tl.trans(ek), DT, PRECISION))
+            d_extra = tl.zeros([BT, BT], dtype=tl.float32)
+            dek = tl.zeros([BT, BK], dtype=tl.float32)
+            for i in range(tl.cdiv(V, BV)):
+                v0 = i * BV
+                state_offsets, state_mask = _state_block(v0, K, V, BK, BV)
+                d_state = tl.load(d_states_ptr + base + state_offsets, mask=state_mask, other=0.0)
+                d_o = _rows(do_ptr, row, t, T, V, v0, BV)
+                ev = _rows(ev_ptr, row * L + l, t, T, V, v0, BV)
+                d_extra += _mm(d_o, tl.trans(ev), DT, PRECISION)
+                dek += _mm(ev, tl.trans(d_state), DT, PRECISION)
+                dev = scale * _mm(extra_scores_t, d_o, DT, PRECISION) + _mm(ek_end, d_state, DT, PRECISION)
+                _store_rows(dev_ptr, row * L + l, t, T, V, v0, dev, BV)
+            dek *= to_end[:, None]
+            z_end = tl.sum(dek * ek.to(tl.float32), 1)
+            dG -= z_end
+            d_last += tl.sum(z_end, 0)
+            d_extra = scale * tl.where(inclusive, d_extra, 0.0)
+            z = d_extra * tl.trans(extra_scores_t)
+            dG += tl.sum(z, 1) - tl.sum(z, 0)
+            d_qek = d_extra * decay_incl
+            dq += _mm(d_qek, ek, DT, PRECISION)
+            dek += _mm(tl.trans(d_qek), q, DT, PRECISION)
+            _store_rows(dek_ptr, row * L + l, t, T, K, 0, dek, BK)
+    dG += tl.where(t == last, d_last, 0.0)  # G_C is the last token's G
+    _store_rows(dq_ptr, row, t, T, K, 0, dq, BK)
+    _store_rows(dk_ptr, row, t, T, K, 0, dk, BK)
+    if HAS_BETA:
+        _store_rows(dw_ptr, row, t, T, K, 0, dw, BK)
+    tl.store(dG_ptr + row, dG, mask=t < T)
+
+
+@triton.jit
+def _wy_backward_kernel(k_ptr, v_ptr, beta_ptr, ek_ptr, ev_ptr, G_ptr, inverse_ptr, dw_ptr, dv_new_ptr, dG_ptr,
+                        dk_ptr, dek_ptr, dev_ptr, dv_ptr, dbeta_ptr, dg_ptr, T, H, K, V, L, NT,
+                        HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, PRECISION: tl.constexpr,
+                        BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """Per chunk, with beta: back through w = T X, u = T Y and T = (I + A)^{-1} (adding to dk, d(extra_k),
+    d(extra_v) in place; writing dv and dbeta); always: dg, the reverse cumulative sum of dG in the chunk."""
+    chunk = tl.cast(tl.program_id(0), tl.int64)
+    bh = tl.cast(tl.program_id(1), tl.int64)
+    t, row, G, _, _ = _chunk_G(G_ptr, bh, chunk, T, H, BT)
+    dG = tl.load(dG_ptr + row, mask=t < T, other=0.0)
+    if HAS_BETA:
+        DT = k_ptr.dtype.element_ty
+        tokens = tl.arange(0, BT)
+        strict = tokens[:, None] > tokens[None, :]
+        decay_strict = _masked_decay(G, strict)
+        gamma = tl.exp(G)
+        k = _rows(k_ptr, row, t, T, K, 0, BK)
+        beta = tl.load(beta_ptr + row, mask=t < T, other=0.0).to(tl.float32)
+        inverse_t = tl.trans(tl.load(inverse_ptr + ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :]))
+        # w = T X, X = beta gamma k
+        dw = _rows(dw_ptr, row, t, T, K, 0, BK)
+        dx = tl.dot(inverse_t, dw, input_precision=PRECISION)
+        dk = _rows(dk_ptr, row, t, T, K, 0, BK) + (beta * gamma)[:, None] * dx
+        xk = tl.sum(dx * k.to(tl.float32), 1)
+        dbeta = gamma * xk
+        dG += beta * gamma * xk
+        d_inverse = _mm(dw, tl.trans((beta * gamma)[:, None] * k.to(tl.float32)), DT, PRECISION)
+        # u = T Y, Y = beta v - sum_l Bx_l ev_l
+        for i in range(tl.cdiv(V, BV)):
+            v0 = i * BV
+            du = _rows(dv_new_ptr, row, t, T, V, v0, BV)
+            v = _rows(v_ptr, row, t, T, V, v0, BV).to(tl.float32)
+            dy = tl.dot(inverse_t, du, input_precision=PRECISION)
+            _store_rows(dv_ptr, row, t, T, V, v0, beta[:, None] * dy, BV)
+            dbeta += tl.sum(dy * v, 1)
+            d_inverse += _mm(du, tl.trans(beta[:, None] * v), DT, PRECISION)
+        if HAS_EXTRA:
+            for l in range(L):
+                ek = _rows(ek_ptr, row * L + l, t, T, K, 0, BK)
+                kek = _mm(k, tl.trans(ek), DT, PRECISION)
+                bx = beta[:, None] * decay_strict * kek
+                du_ev = tl.zeros([BT, BT], dtype=tl.float32)
+                for i in range(tl.cdiv(V, BV)):
+                    v0 = i * BV
+                    du = _rows(dv_new_ptr, row, t, T, V, v0, BV)
+                    du_ev += _mm(du, tl.trans(_rows(ev_ptr, row * L + l, t, T, V, v0, BV)), DT, PRECISION)
+                    dy = tl.dot(inverse_t, du, input_precision=PRECISION)
+                    dev = _rows(dev_ptr, row * L + l, t, T, V, v0, BV) - _mm(tl.trans(bx), dy, DT, PRECISION)
+                    _store_rows(dev_ptr, row * L + l, t, T, V, v0, dev, BV)
+                d_inverse -= tl.dot(du_ev, tl.trans(bx), input_precision=PRECISION)
+                d_bx = -tl.where(strict, tl.dot(inverse_t, du_ev, input_precision=PRECISION), 0.0)
+                d_kek = d_bx * decay_strict * beta[:, None]
+                dk += _mm(d_kek, ek, DT, PRECISION)
+                dek = _rows(dek_ptr, row * L + l, t, T, K, 0, BK) + _mm(tl.trans(d_kek), k, DT, PRECISION)
+                _store_rows(dek_ptr, row * L + l, t, T, K, 0, dek, BK)
+                dbeta += tl.sum(d_bx * decay_strict * kek, 1)
+                z = d_bx * bx
+                dG += tl.sum(z, 1) - tl.sum(z, 0)
+        # T = (I + A)^{-1}: dA = -T^T dT T^T on the strictly lower part
+        dA = -tl.where(strict, tl.dot(tl.dot(inverse_t, d_inverse, input_precision=PRECISION), inverse_t,
+                                      input_precision=PRECISION), 0.0)
+        kk = _mm(k, tl.trans(k), DT, PRECISION)
+        d_kk = dA * decay_strict * beta[:, None]
+        dk += _mm(d_kk, k, DT, PRECISION) + _mm(tl.trans(d_kk), k, DT, PRECISION)
+        dbeta += tl.sum(dA * decay_strict * kk, 1)
+        z = d_kk * kk
+        dG += tl.sum(z, 1) - tl.sum(z, 0)
+        _store_rows(dk_ptr, row, t, T, K, 0, dk, BK)
+        tl.store(dbeta_ptr + row, dbeta, mask=t < T)
+    # G_t = g_1 + ... + g_t inside the chunk: dg_s = sum_{t >= s} dG_t
+    tl.store(dg_ptr + row, tl.sum(dG, 0) - tl.cumsum(dG, 0) + dG, mask=t < T)
+
+
+def _config(T, K, V, chunk):
+    """Chunk length and padded key / value widths, and the value block of the parallel kernels."""
+    if chunk not in CHUNKS:
+        raise ValueError(f"chunk must be one of {CHUNKS}, got {chunk}")
+    BK = max(16, triton.next_power_of_2(K))
+    BV = max(16, triton.next_power_of_2(V))
+    return chunk, BK, BV, min(BV, 64)
+
+
+def _pointer_or(x, placeholder):
+    """x, or any tensor where a kernel takes a pointer it does not read (its flag is off)."""
+    return placeholder if x is None else x
+
+
+class _ChunkSplitScan(torch.autograd.Function):
+    @staticmethod
+    @_on_input_device
+    def forward(ctx, q, k, v, g, beta, extra_k, extra_v, initial_state, scale, chunk):
+        B, T, H, K = q.shape
+        V = v.shape[-1]
+        L = 0 if extra_k is None else extra_k.shape[3]
+        BT, BK, BV, BVp = _config(T, K, V, chunk)
+        NT = triton.cdiv(T, BT)
+        q, k, v, g = (x.contiguous() for x in (q, k, v, g))
+        beta, extra_k, extra_v, initial_state = (None if x is None else x.contiguous()
+                                                 for x in (beta, extra_k, extra_v, initial_state))
+        dtypes = tuple(None if x is None else x.dtype for x in (q, k, v, g, beta, extra_k, extra_v))
+        q, v, extra_k, extra_v = (None if x is None else x.to(k.dtype) for x in (q, v, extra_k, extra_v))
+        precision = "ieee" if k.dtype == torch.float32 else "tf32"
+        fp32 = dict(device=q.device, dtype=torch.float32)
+        G = torch.empty(B, T, H, **fp32)  # chunk-local cumulative log-decay
+        inverses = torch.empty(B, H, NT, BT, BT, **fp32) if beta is not None else G
+        w = torch.empty_like(k) if beta is not None else k
+        u = torch.empty_like(v) if beta is not None else v
+        extra_states = torch.empty(B, H, NT, K, V, **fp32) if extra_k is not None else G
+        flags = dict(PRECISION=precision, BT=BT, BK=BK)
+        _wy_forward_kernel[(NT, B * H)](
+            k, v, g, _pointer_or(beta, g), _pointer_or(extra_k, k), _pointer_or(extra_v, v), G, inverses, w, u,
+            extra_states, T, H, K, V, L, NT, HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, **flags,
+            BV=BVp, num_warps=4)
+        states = torch.empty(B, H, NT, K, V, device=q.device, dtype=k.dtype)  # h at every chunk start
+        v_new = torch.empty_like(v)
+        final_state = torch.empty(B, H, K, V, **fp32)
+        BVs = _value_block(B * H, BV, busy=128)
+        _state_forward_kernel[(triton.cdiv(V, BVs), B * H)](
+            k, u, w, G, extra_states, _pointer_or(initial_state, final_state), states, v_new, final_state,
+            T, H, K, V, NT, HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None,
+            HAS_INITIAL=initial_state is not None, **flags, BV=BVs, num_warps=4)
+        o = torch.empty(B, T, H, V, device=q.device, dtype=v.dtype)
+        _output_kernel[(triton.cdiv(V, BVp), NT, B * H)](
+            q, k, _pointer_or(extra_k, k), _pointer_or(extra_v, v), G, states, v_new, o, scale, T, H, K, V, L, NT,
+            HAS_EXTRA=extra_k is not None, **flags, BV=BVp, num_warps=4)
+        ctx.save_for_backward(q, k, v, beta, extra_k, extra_v, G, inverses, w, states, v_new)
+        ctx.config = (scale, BT, BK, BV, BVp, NT, precision, initial_state is not None, dtypes)
+        return o, final_state
+
+    @staticmethod
+    @_on_input_device
+    def backward(ctx, d_o, d_final_state):
+        q, k, v, beta, extra_k, extra_v, G, inverses, w, states, v_new = ctx.saved_tensors
+        scale, BT, BK, BV, BVp, NT, precision, has_initial, dtypes = ctx.config
+        B, T, H, K = q.shape
+        V = v.shape[-1]
+        L = 0 if extra_k is None else extra_k.shape[3]
+        d_o = d_o.to(k.dtype).contiguous()
+        fp32 = dict(device=q.device, dtype=torch.float32)
+        flags = dict(PRECISION=precision, BT=BT, BK=BK)
+        dv_new = torch.empty(B, T, H, V, **fp32)
+        _local_value_grad_kernel[(triton.cdiv(V, BVp), NT, B * H)](q, k, G, d_o, dv_new, scale, T, H, K, V, **flags,
+                                                                    BV=BVp, num_warps=4)
+        d_states = torch.empty_like(states)  # dh' of every chunk
+        d_initial = torch.empty(B, H, K, V, **fp32)
+        BVs = _value_block(B * H, BV, busy=128)
+        _state_backward_kernel[(triton.cdiv(V, BVs), B * H)](
+            q, k, w, G, d_o, _pointer_or(d_final_state, d_initial).contiguous(), dv_new, d_states, d_initial, scale,
+            T, H, K, V, NT, HAS_BETA=beta is not None, HAS_DFINAL=d_final_state is not None, **flags, BV=BVs,
+            num_warps=4)
+        dq = torch.empty(B, T, H, K, **fp32)
+        dk = torch.empty(B, T, H, K, **fp32)
+        dw = torch.empty(B, T, H, K, **fp32) if beta is not None else dk
+        dG = torch.empty(B, T, H, **fp32)
+        dek = torch.empty_like(extra_k, dtype=torch.float32) if extra_k is not None else dk
+        dev = torch.empty_like(extra_v, dtype=torch.float32) if extra_v is not None else dv_new
+        _key_grads_kernel[(NT, B * H)](
+            q, k, _pointer_or(extra_k, k), _pointer_or(extra_v, v), G, states, d_states, v_new, dv_new, d_o,
+            dq, dk, dw, dG, dek, dev, scale, T, H, K, V, L, NT, HAS_BETA=beta is not None,
+            HAS_EXTRA=extra_k is not None, **flags, BV=BVp, num_warps=8 if BK >= 128 else 4)
+        dv = torch.empty(B, T, H, V, **fp32) if beta is not None else dv_new
+        dbeta = torch.empty(B, T, H, **fp32) if beta is not None else None
+        dg = torch.empty(B, T, H, **fp32)
+        _wy_backward_kernel[(NT, B * H)](
+            k, v, _pointer_or(beta, G), _pointer_or(extra_k, k), _pointer_or(extra_v, v), G, inverses, dw, dv_new,
+            dG, dk, dek, dev, dv, _pointer_or(dbeta, dG), dg, T, H, K, V, L, NT, HAS_BETA=beta is not None,
+            HAS_EXTRA=extra_k is not None, **flags, BV=BVp, num_warps=8 if BK >= 128 else 4)
+        grads = (dq, dk, dv, dg, dbeta, dek if extra_k is not None else None, dev if extra_v is not None else None)
+        return (*(None if d is None else d.to(dtype) for d, dtype in zip(grads, dtypes)),
+                d_initial if has_initial else None, None, None)
+
+
+def chunk_split_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state, chunk=CHUNK):
+    """Chunk-split Triton scan; returns (o [B, T, H, V] in k's dtype, S_T [B, H, K, V] fp32).
+
+    ``chunk`` (16, 32 or 64) is the chunk length."""
+    return _ChunkSplitScan.apply(q, k, v, g, beta, extra_k, extra_v, initial_state, scale, chunk)
