@@ -39,6 +39,8 @@ from .triton_chunk import (_chunk_tokens, _given_or_zeros, _masked_decay, _on_in
 
 CHUNK = 64
 CHUNKS = (16, 32, 64)  # what _unit_lower_inverse supports
+SEQUENTIAL_PROGRAMS = 128  # the sequential passes split the value width until about this many programs
+SEQUENTIAL_WARPS = 4
 
 
 @triton.jit
@@ -79,7 +81,8 @@ def _chunk_G(G_ptr, bh, chunk, T, H, BT: tl.constexpr):
 def _wy_forward_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, G_ptr, inverse_ptr, w_ptr, u_ptr,
                        extra_state_ptr, T, H, K, V, L, NT, HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr,
                        PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    """Per chunk: G; with beta T [BT, BT], w and u; with extra writes E [K, V]."""
+    """Per chunk: G; with beta T [BT, BT], w and u; with extra writes E [K, V]. Key and value widths are
+    walked in blocks of BK and BV."""
     chunk = tl.cast(tl.program_id(0), tl.int64)
     bh = tl.cast(tl.program_id(1), tl.int64)
     DT = k_ptr.dtype.element_ty
@@ -88,33 +91,42 @@ def _wy_forward_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, G_ptr, inv
     g = tl.load(g_ptr + row, mask=t < T, other=0.0).to(tl.float32)
     G = tl.cumsum(g, 0)  # past T: G_C (g = 0 there)
     tl.store(G_ptr + row, G, mask=t < T)
-    k = _rows(k_ptr, row, t, T, K, 0, BK)
-    to_end = tl.exp(tl.sum(g, 0) - G)
     if HAS_BETA:
         beta = tl.load(beta_ptr + row, mask=t < T, other=0.0).to(tl.float32)
         decay_strict = _masked_decay(G, tokens[:, None] > tokens[None, :])
-        inverse = _unit_lower_inverse(beta[:, None] * decay_strict * _mm(k, tl.trans(k), DT, PRECISION), BT)
+        kk = tl.zeros([BT, BT], dtype=tl.float32)
+        for kb in range(tl.cdiv(K, BK)):
+            k = _rows(k_ptr, row, t, T, K, kb * BK, BK)
+            kk += _mm(k, tl.trans(k), DT, PRECISION)
+        inverse = _unit_lower_inverse(beta[:, None] * decay_strict * kk, BT)
         tl.store(inverse_ptr + ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :], inverse)
-        w = _mm(inverse, (beta * tl.exp(G))[:, None] * k.to(tl.float32), DT, PRECISION)
-        _store_rows(w_ptr, row, t, T, K, 0, w, BK)
-    if HAS_BETA or HAS_EXTRA:
-        for i in range(tl.cdiv(V, BV)):
-            v0 = i * BV
-            if HAS_BETA:
-                y = beta[:, None] * _rows(v_ptr, row, t, T, V, v0, BV).to(tl.float32)  # [BT, BV]
+        for kb in range(tl.cdiv(K, BK)):
+            k = _rows(k_ptr, row, t, T, K, kb * BK, BK).to(tl.float32)
+            _store_rows(w_ptr, row, t, T, K, kb * BK, _mm(inverse, (beta * tl.exp(G))[:, None] * k, DT, PRECISION),
+                        BK)
+        for vb in range(tl.cdiv(V, BV)):
+            y = beta[:, None] * _rows(v_ptr, row, t, T, V, vb * BV, BV).to(tl.float32)  # [BT, BV]
             if HAS_EXTRA:
+                for l in range(L):
+                    kek = tl.zeros([BT, BT], dtype=tl.float32)
+                    for kb in range(tl.cdiv(K, BK)):
+                        kek += _mm(_rows(k_ptr, row, t, T, K, kb * BK, BK),
+                                   tl.trans(_rows(ek_ptr, row * L + l, t, T, K, kb * BK, BK)), DT, PRECISION)
+                    y -= _mm(beta[:, None] * decay_strict * kek, _rows(ev_ptr, row * L + l, t, T, V, vb * BV, BV), DT,
+                             PRECISION)
+            _store_rows(u_ptr, row, t, T, V, vb * BV, _mm(inverse, y, DT, PRECISION), BV)
+    if HAS_EXTRA:
+        to_end = tl.exp(tl.sum(g, 0) - G)
+        for kb in range(tl.cdiv(K, BK)):
+            for vb in range(tl.cdiv(V, BV)):
                 extra_state = tl.zeros([BK, BV], dtype=tl.float32)
                 for l in range(L):
-                    ek = _rows(ek_ptr, row * L + l, t, T, K, 0, BK)
-                    ev = _rows(ev_ptr, row * L + l, t, T, V, v0, BV)
-                    if HAS_BETA:
-                        bx = beta[:, None] * decay_strict * _mm(k, tl.trans(ek), DT, PRECISION)
-                        y -= _mm(bx, ev, DT, PRECISION)
-                    extra_state += _mm(tl.trans(ek.to(tl.float32) * to_end[:, None]), ev, DT, PRECISION)
-                state_offsets, state_mask = _state_block(v0, K, V, BK, BV)
-                tl.store(extra_state_ptr + (bh * NT + chunk) * K * V + state_offsets, extra_state, mask=state_mask)
-            if HAS_BETA:
-                _store_rows(u_ptr, row, t, T, V, v0, _mm(inverse, y, DT, PRECISION), BV)
+                    ev_end = _rows(ev_ptr, row * L + l, t, T, V, vb * BV, BV).to(tl.float32) * to_end[:, None]
+                    extra_state += _mm(tl.trans(_rows(ek_ptr, row * L + l, t, T, K, kb * BK, BK)), ev_end, DT,
+                                       PRECISION)
+                offsets, mask = _state_block(vb * BV, K, V, BK, BV)
+                tl.store(extra_state_ptr + (bh * NT + chunk) * K * V + kb * BK * V + offsets, extra_state,
+                         mask=mask & (kb * BK + tl.arange(0, BK) < K)[:, None])
 
 
 @triton.jit
@@ -122,8 +134,8 @@ def _state_forward_kernel(k_ptr, u_ptr, w_ptr, G_ptr, extra_state_ptr, s0_ptr, s
                           T, H, K, V, NT, HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr,
                           HAS_INITIAL: tl.constexpr, PRECISION: tl.constexpr,
                           BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    """The sequential pass over chunks: h at every chunk start, v_new = u - w h, the final state.
-    u_ptr is v itself without beta."""
+    """The sequential pass over chunks: h at every chunk start, v_new = u - w h, the final state; BK covers
+    the whole key width. u_ptr is v itself without beta."""
     v0 = tl.program_id(0) * BV
     bh = tl.cast(tl.program_id(1), tl.int64)
     DT = k_ptr.dtype.element_ty
@@ -138,8 +150,9 @@ def _state_forward_kernel(k_ptr, u_ptr, w_ptr, G_ptr, extra_state_ptr, s0_ptr, s
         if HAS_BETA:
             v_new -= _mm(_rows(w_ptr, row, t, T, K, 0, BK), state, DT, PRECISION)
         _store_rows(v_new_ptr, row, t, T, V, v0, v_new, BV)
-        k_end = _rows(k_ptr, row, t, T, K, 0, BK).to(tl.float32) * tl.exp(G_last - G)[:, None]
-        state = tl.exp(G_last) * state + _mm(tl.trans(k_end), v_new, DT, PRECISION)
+        # (exp(G_C - G) k)^T v_new as k^T (exp(G_C - G) v_new): the narrower tile is scaled
+        state = tl.exp(G_last) * state + _mm(tl.trans(_rows(k_ptr, row, t, T, K, 0, BK)),
+                                             v_new * tl.exp(G_last - G)[:, None], DT, PRECISION)
         if HAS_EXTRA:
             state += tl.load(extra_state_ptr + base + state_offsets, mask=state_mask, other=0.0)
     tl.store(final_ptr + bh * K * V + state_offsets, state, mask=state_mask)
@@ -157,16 +170,24 @@ def _output_kernel(q_ptr, k_ptr, ek_ptr, ev_ptr, G_ptr, states_ptr, v_new_ptr, o
     tokens = tl.arange(0, BT)
     t, row, G, _, _ = _chunk_G(G_ptr, bh, chunk, T, H, BT)
     decay_incl = _masked_decay(G, tokens[:, None] >= tokens[None, :])
-    q = _rows(q_ptr, row, t, T, K, 0, BK)
-    state_offsets, state_mask = _state_block(v0, K, V, BK, BV)
-    state = tl.load(states_ptr + (bh * NT + chunk) * K * V + state_offsets, mask=state_mask, other=0.0)
-    o = tl.exp(G)[:, None] * _mm(q, state, DT, PRECISION)
-    scores = decay_incl * _mm(q, tl.trans(_rows(k_ptr, row, t, T, K, 0, BK)), DT, PRECISION)
-    o += _mm(scores, _rows(v_new_ptr, row, t, T, V, v0, BV), DT, PRECISION)
+    base = (bh * NT + chunk) * K * V
+    o = tl.zeros([BT, BV], dtype=tl.float32)
+    scores = tl.zeros([BT, BT], dtype=tl.float32)
+    for kb in range(tl.cdiv(K, BK)):
+        q = _rows(q_ptr, row, t, T, K, kb * BK, BK)
+        offsets, mask = _state_block(v0, K, V, BK, BV)
+        state = tl.load(states_ptr + base + kb * BK * V + offsets, mask=mask & (kb * BK + tl.arange(0, BK) < K)[:, None],
+                        other=0.0)
+        o += _mm(q, state, DT, PRECISION)
+        scores += _mm(q, tl.trans(_rows(k_ptr, row, t, T, K, kb * BK, BK)), DT, PRECISION)
+    o = tl.exp(G)[:, None] * o + _mm(decay_incl * scores, _rows(v_new_ptr, row, t, T, V, v0, BV), DT, PRECISION)
     if HAS_EXTRA:
         for l in range(L):
-            extra_scores = decay_incl * _mm(q, tl.trans(_rows(ek_ptr, row * L + l, t, T, K, 0, BK)), DT, PRECISION)
-            o += _mm(extra_scores, _rows(ev_ptr, row * L + l, t, T, V, v0, BV), DT, PRECISION)
+            extra_scores = tl.zeros([BT, BT], dtype=tl.float32)
+            for kb in range(tl.cdiv(K, BK)):
+                extra_scores += _mm(_rows(q_ptr, row, t, T, K, kb * BK, BK),
+                                    tl.trans(_rows(ek_ptr, row * L + l, t, T, K, kb * BK, BK)), DT, PRECISION)
+            o += _mm(decay_incl * extra_scores, _rows(ev_ptr, row * L + l, t, T, V, v0, BV), DT, PRECISION)
     _store_rows(o_ptr, row, t, T, V, v0, scale * o, BV)
 
 
@@ -180,8 +201,11 @@ def _local_value_grad_kernel(q_ptr, k_ptr, G_ptr, do_ptr, dv_ptr, scale, T, H, K
     DT = k_ptr.dtype.element_ty
     tokens = tl.arange(0, BT)
     t, row, G, _, _ = _chunk_G(G_ptr, bh, chunk, T, H, BT)
-    scores_t = tl.trans(_masked_decay(G, tokens[:, None] >= tokens[None, :])) * _mm(
-        _rows(k_ptr, row, t, T, K, 0, BK), tl.trans(_rows(q_ptr, row, t, T, K, 0, BK)), DT, PRECISION)
+    kq = tl.zeros([BT, BT], dtype=tl.float32)
+    for kb in range(tl.cdiv(K, BK)):
+        kq += _mm(_rows(k_ptr, row, t, T, K, kb * BK, BK), tl.trans(_rows(q_ptr, row, t, T, K, kb * BK, BK)), DT,
+                  PRECISION)
+    scores_t = tl.trans(_masked_decay(G, tokens[:, None] >= tokens[None, :])) * kq
     d_o = _rows(do_ptr, row, t, T, V, v0, BV)
     _store_rows(dv_ptr, row, t, T, V, v0, scale * _mm(scores_t, d_o, DT, PRECISION), BV)
 
@@ -190,7 +214,8 @@ def _local_value_grad_kernel(q_ptr, k_ptr, G_ptr, do_ptr, dv_ptr, scale, T, H, K
 def _state_backward_kernel(q_ptr, k_ptr, w_ptr, G_ptr, do_ptr, dfinal_ptr, dv_ptr, d_states_ptr, ds0_ptr, scale,
                            T, H, K, V, NT, HAS_BETA: tl.constexpr, HAS_DFINAL: tl.constexpr, PRECISION: tl.constexpr,
                            BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    """The sequential pass in reverse: dh' of every chunk, dv_new (dv_ptr holds the local part on entry) and dh0."""
+    """The sequential pass in reverse: dh' of every chunk, dv_new (dv_ptr holds the local part on entry) and
+    dh0; BK covers the whole key width."""
     v0 = tl.program_id(0) * BV
     bh = tl.cast(tl.program_id(1), tl.int64)
     DT = k_ptr.dtype.element_ty
@@ -201,12 +226,11 @@ def _state_backward_kernel(q_ptr, k_ptr, w_ptr, G_ptr, do_ptr, dfinal_ptr, dv_pt
         tl.store(d_states_ptr + (bh * NT + chunk) * K * V + state_offsets,
                  d_state.to(d_states_ptr.dtype.element_ty), mask=state_mask)
         t, row, G, G_last, _ = _chunk_G(G_ptr, bh, chunk, T, H, BT)
-        k_end = _rows(k_ptr, row, t, T, K, 0, BK).to(tl.float32) * tl.exp(G_last - G)[:, None]
-        dv = _rows(dv_ptr, row, t, T, V, v0, BV) + _mm(k_end, d_state, DT, PRECISION)
+        dv = (_rows(dv_ptr, row, t, T, V, v0, BV)
+              + tl.exp(G_last - G)[:, None] * _mm(_rows(k_ptr, row, t, T, K, 0, BK), d_state, DT, PRECISION))
         _store_rows(dv_ptr, row, t, T, V, v0, dv, BV)
-        q_start = _rows(q_ptr, row, t, T, K, 0, BK).to(tl.float32) * (scale * tl.exp(G))[:, None]
-        d_state = tl.exp(G_last) * d_state + _mm(tl.trans(q_start), _rows(do_ptr, row, t, T, V, v0, BV), DT,
-                                                 PRECISION)
+        d_o = _rows(do_ptr, row, t, T, V, v0, BV).to(tl.float32) * (scale * tl.exp(G))[:, None]
+        d_state = tl.exp(G_last) * d_state + _mm(tl.trans(_rows(q_ptr, row, t, T, K, 0, BK)), d_o, DT, PRECISION)
         if HAS_BETA:
             d_state -= _mm(tl.trans(_rows(w_ptr, row, t, T, K, 0, BK)), dv, DT, PRECISION)
     tl.store(ds0_ptr + bh * K * V + state_offsets, d_state, mask=state_mask)
@@ -214,39 +238,43 @@ def _state_backward_kernel(q_ptr, k_ptr, w_ptr, G_ptr, do_ptr, dfinal_ptr, dv_pt
 
 @triton.jit
 def _key_grads_kernel(q_ptr, k_ptr, ek_ptr, ev_ptr, G_ptr, states_ptr, d_states_ptr, v_new_ptr, dv_ptr, do_ptr,
-                      dq_ptr, dk_ptr, dw_ptr, dG_ptr, dek_ptr, dev_ptr, scale, T, H, K, V, L, NT,
+                      dq_ptr, dk_ptr, dw_ptr, dG_ptr, dek_ptr, scale, T, H, K, V, L, NT,
                       HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, PRECISION: tl.constexpr,
                       BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    """Per chunk: dq; the parts of dk, dG (before the cumulative sum), d(extra_k), d(extra_v) through o and
-    h'; with beta dw = -dv_new h^T. The value dimension is walked in blocks of BV."""
-    chunk = tl.cast(tl.program_id(0), tl.int64)
-    bh = tl.cast(tl.program_id(1), tl.int64)
+    """Per key block and chunk: dq; the parts of dk and d(extra_k) through o and h'; with beta
+    dw = -dv_new h^T; this key block's share of dG (before the cumulative sum). A product's share of dG is
+    sum_s Z[t, s] - sum_s Z[s, t] with Z = dP * P, P = M D (q k^T), which is q_t . (dP D k)_t - k_t . ((dP D)^T q)_t:
+    a sum over key blocks, so the scores themselves are never formed."""
+    k_block = tl.program_id(0)
+    k0 = k_block * BK
+    chunk = tl.cast(tl.program_id(1), tl.int64)
+    bh = tl.cast(tl.program_id(2), tl.int64)
     DT = k_ptr.dtype.element_ty
     tokens = tl.arange(0, BT)
     inclusive = tokens[:, None] >= tokens[None, :]
     t, row, G, G_last, last = _chunk_G(G_ptr, bh, chunk, T, H, BT)
     to_end = tl.exp(G_last - G)
     decay_incl = _masked_decay(G, inclusive)
-    base = (bh * NT + chunk) * K * V
-    q = _rows(q_ptr, row, t, T, K, 0, BK)
-    k = _rows(k_ptr, row, t, T, K, 0, BK)
+    base = (bh * NT + chunk) * K * V + k0 * V
+    key_in = (k0 + tl.arange(0, BK) < K)[:, None]
+    q = _rows(q_ptr, row, t, T, K, k0, BK)
+    k = _rows(k_ptr, row, t, T, K, k0, BK)
     dq = tl.zeros([BT, BK], dtype=tl.float32)
     dk = tl.zeros([BT, BK], dtype=tl.float32)
     dw = tl.zeros([BT, BK], dtype=tl.float32)
     d_scores = tl.zeros([BT, BT], dtype=tl.float32)
     state_dot = tl.zeros([BK], dtype=tl.float32)  # rows of sum(h * dh')
-    for i in range(tl.cdiv(V, BV)):
-        v0 = i * BV
-        state_offsets, state_mask = _state_block(v0, K, V, BK, BV)
-        state = tl.load(states_ptr + base + state_offsets, mask=state_mask, other=0.0)
-        d_state = tl.load(d_states_ptr + base + state_offsets, mask=state_mask, other=0.0)
-        d_o = _rows(do_ptr, row, t, T, V, v0, BV)
-        v_new = _rows(v_new_ptr, row, t, T, V, v0, BV)
+    for vb in range(tl.cdiv(V, BV)):
+        offsets, mask = _state_block(vb * BV, K, V, BK, BV)
+        state = tl.load(states_ptr + base + offsets, mask=mask & key_in, other=0.0)
+        d_state = tl.load(d_states_ptr + base + offsets, mask=mask & key_in, other=0.0)
+        d_o = _rows(do_ptr, row, t, T, V, vb * BV, BV)
+        v_new = _rows(v_new_ptr, row, t, T, V, vb * BV, BV)
         dq += _mm(d_o, tl.trans(state), DT, PRECISION)
         d_scores += _mm(d_o, tl.trans(v_new), DT, PRECISION)
         dk += _mm(v_new, tl.trans(d_state), DT, PRECISION)
         if HAS_BETA:
-            dw -= _mm(_rows(dv_ptr, row, t, T, V, v0, BV), tl.trans(state), DT, PRECISION)
+            dw -= _mm(_rows(dv_ptr, row, t, T, V, vb * BV, BV), tl.trans(state), DT, PRECISION)
         state_dot += tl.sum(state.to(tl.float32) * d_state.to(tl.float32), 1)
     # o: scale gamma q h; h': exp(G_C) h + (exp(G_C - G) k)^T v_new
     dq *= (scale * tl.exp(G))[:, None]
@@ -256,130 +284,171 @@ def _key_grads_kernel(q_ptr, k_ptr, ek_ptr, ev_ptr, G_ptr, states_ptr, d_states_
     dG -= z_end
     d_last = tl.exp(G_last) * tl.sum(state_dot, 0) + tl.sum(z_end, 0)
     # o: scale (M D q k^T) v_new
-    scores = decay_incl * _mm(q, tl.trans(k), DT, PRECISION)
-    d_scores = scale * tl.where(inclusive, d_scores, 0.0)
-    z = d_scores * scores
-    dG += tl.sum(z, 1) - tl.sum(z, 0)
-    d_qk = d_scores * decay_incl
-    dq += _mm(d_qk, k, DT, PRECISION)
-    dk += _mm(tl.trans(d_qk), q, DT, PRECISION)
+    d_qk = scale * tl.where(inclusive, d_scores, 0.0) * decay_incl
+    dq_intra = _mm(d_qk, k, DT, PRECISION)
+    dk_intra = _mm(tl.trans(d_qk), q, DT, PRECISION)
+    dG += tl.sum(dq_intra * q.to(tl.float32), 1) - tl.sum(dk_intra * k.to(tl.float32), 1)
+    dq += dq_intra
+    dk += dk_intra
     if HAS_EXTRA:
         for l in range(L):
-            ek = _rows(ek_ptr, row * L + l, t, T, K, 0, BK)
-            ek_end = ek.to(tl.float32) * to_end[:, None]
-            extra_scores_t = tl.trans(decay_incl * _mm(q, tl.trans(ek), DT, PRECISION))
+            ek = _rows(ek_ptr, row * L + l, t, T, K, k0, BK)
             d_extra = tl.zeros([BT, BT], dtype=tl.float32)
             dek = tl.zeros([BT, BK], dtype=tl.float32)
-            for i in range(tl.cdiv(V, BV)):
-                v0 = i * BV
-                state_offsets, state_mask = _state_block(v0, K, V, BK, BV)
-                d_state = tl.load(d_states_ptr + base + state_offsets, mask=state_mask, other=0.0)
-                d_o = _rows(do_ptr, row, t, T, V, v0, BV)
-                ev = _rows(ev_ptr, row * L + l, t, T, V, v0, BV)
-                d_extra += _mm(d_o, tl.trans(ev), DT, PRECISION)
+            for vb in range(tl.cdiv(V, BV)):
+                offsets, mask = _state_block(vb * BV, K, V, BK, BV)
+                d_state = tl.load(d_states_ptr + base + offsets, mask=mask & key_in, other=0.0)
+                ev = _rows(ev_ptr, row * L + l, t, T, V, vb * BV, BV)
+                d_extra += _mm(_rows(do_ptr, row, t, T, V, vb * BV, BV), tl.trans(ev), DT, PRECISION)
                 dek += _mm(ev, tl.trans(d_state), DT, PRECISION)
-                dev = scale * _mm(extra_scores_t, d_o, DT, PRECISION) + _mm(ek_end, d_state, DT, PRECISION)
-                _store_rows(dev_ptr, row * L + l, t, T, V, v0, dev, BV)
             dek *= to_end[:, None]
             z_end = tl.sum(dek * ek.to(tl.float32), 1)
             dG -= z_end
             d_last += tl.sum(z_end, 0)
-            d_extra = scale * tl.where(inclusive, d_extra, 0.0)
-            z = d_extra * tl.trans(extra_scores_t)
-            dG += tl.sum(z, 1) - tl.sum(z, 0)
-            d_qek = d_extra * decay_incl
-            dq += _mm(d_qek, ek, DT, PRECISION)
-            dek += _mm(tl.trans(d_qek), q, DT, PRECISION)
-            _store_rows(dek_ptr, row * L + l, t, T, K, 0, dek, BK)
+            d_qek = scale * tl.where(inclusive, d_extra, 0.0) * decay_incl
+            dq_extra = _mm(d_qek, ek, DT, PRECISION)
+            dek_intra = _mm(tl.trans(d_qek), q, DT, PRECISION)
+            dG += tl.sum(dq_extra * q.to(tl.float32), 1) - tl.sum(dek_intra * ek.to(tl.float32), 1)
+            dq += dq_extra
+            _store_rows(dek_ptr, row * L + l, t, T, K, k0, dek + dek_intra, BK)
     dG += tl.where(t == last, d_last, 0.0)  # G_C is the last token's G
-    _store_rows(dq_ptr, row, t, T, K, 0, dq, BK)
-    _store_rows(dk_ptr, row, t, T, K, 0, dk, BK)
+    _store_rows(dq_ptr, row, t, T, K, k0, dq, BK)
+    _store_rows(dk_ptr, row, t, T, K, k0, dk, BK)
     if HAS_BETA:
-        _store_rows(dw_ptr, row, t, T, K, 0, dw, BK)
-    tl.store(dG_ptr + row, dG, mask=t < T)
+        _store_rows(dw_ptr, row, t, T, K, k0, dw, BK)
+    tl.store(dG_ptr + k_block * (tl.num_programs(2) // H) * T * H + row, dG, mask=t < T)
+
+
+@triton.jit
+def _extra_value_grads_kernel(q_ptr, ek_ptr, ev_ptr, G_ptr, d_states_ptr, do_ptr, dev_ptr, scale, T, H, K, V, L, NT,
+                              PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """Per value block and chunk: d(extra_v) through o and h', scale (M D q ek_l^T)^T do + (exp(G_C - G) ek_l) dh'."""
+    v0 = tl.program_id(0) * BV
+    chunk = tl.cast(tl.program_id(1), tl.int64)
+    bh = tl.cast(tl.program_id(2), tl.int64)
+    DT = ek_ptr.dtype.element_ty
+    tokens = tl.arange(0, BT)
+    t, row, G, G_last, _ = _chunk_G(G_ptr, bh, chunk, T, H, BT)
+    decay_incl_t = tl.trans(_masked_decay(G, tokens[:, None] >= tokens[None, :]))
+    base = (bh * NT + chunk) * K * V
+    d_o = _rows(do_ptr, row, t, T, V, v0, BV)
+    for l in range(L):
+        ekq = tl.zeros([BT, BT], dtype=tl.float32)
+        through_state = tl.zeros([BT, BV], dtype=tl.float32)
+        for kb in range(tl.cdiv(K, BK)):
+            ek = _rows(ek_ptr, row * L + l, t, T, K, kb * BK, BK)
+            ekq += _mm(ek, tl.trans(_rows(q_ptr, row, t, T, K, kb * BK, BK)), DT, PRECISION)
+            offsets, mask = _state_block(v0, K, V, BK, BV)
+            d_state = tl.load(d_states_ptr + base + kb * BK * V + offsets,
+                              mask=mask & (kb * BK + tl.arange(0, BK) < K)[:, None], other=0.0)
+            through_state += _mm(ek, d_state, DT, PRECISION)
+        dev = scale * _mm(decay_incl_t * ekq, d_o, DT, PRECISION) + tl.exp(G_last - G)[:, None] * through_state
+        _store_rows(dev_ptr, row * L + l, t, T, V, v0, dev, BV)
 
 
 @triton.jit
 def _wy_backward_kernel(k_ptr, v_ptr, beta_ptr, ek_ptr, ev_ptr, G_ptr, inverse_ptr, dw_ptr, dv_new_ptr, dG_ptr,
-                        dk_ptr, dek_ptr, dev_ptr, dv_ptr, dbeta_ptr, dg_ptr, T, H, K, V, L, NT,
+                        dk_ptr, dek_ptr, dev_ptr, dv_ptr, dbeta_ptr, dg_ptr, T, H, K, V, L, NT, NK,
                         HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, PRECISION: tl.constexpr,
                         BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
     """Per chunk, with beta: back through w = T X, u = T Y and T = (I + A)^{-1} (adding to dk, d(extra_k),
-    d(extra_v) in place; writing dv and dbeta); always: dg, the reverse cumulative sum of dG in the chunk."""
+    d(extra_v) in place; writing dv and dbeta); always: dg, the reverse cumulative sum inside the chunk of dG
+    (the NK key blocks' shares of `_key_grads_kernel` and this kernel's)."""
     chunk = tl.cast(tl.program_id(0), tl.int64)
     bh = tl.cast(tl.program_id(1), tl.int64)
     t, row, G, _, _ = _chunk_G(G_ptr, bh, chunk, T, H, BT)
-    dG = tl.load(dG_ptr + row, mask=t < T, other=0.0)
+    dG = tl.zeros([BT], dtype=tl.float32)
+    for kb in range(NK):
+        dG += tl.load(dG_ptr + kb * (tl.num_programs(1) // H) * T * H + row, mask=t < T, other=0.0)
     if HAS_BETA:
         DT = k_ptr.dtype.element_ty
         tokens = tl.arange(0, BT)
         strict = tokens[:, None] > tokens[None, :]
         decay_strict = _masked_decay(G, strict)
-        gamma = tl.exp(G)
-        k = _rows(k_ptr, row, t, T, K, 0, BK)
+        beta_gamma = tl.load(beta_ptr + row, mask=t < T, other=0.0).to(tl.float32) * tl.exp(G)
         beta = tl.load(beta_ptr + row, mask=t < T, other=0.0).to(tl.float32)
         inverse_t = tl.trans(tl.load(inverse_ptr + ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :]))
         # w = T X, X = beta gamma k
-        dw = _rows(dw_ptr, row, t, T, K, 0, BK)
-        dx = tl.dot(inverse_t, dw, input_precision=PRECISION)
-        dk = _rows(dk_ptr, row, t, T, K, 0, BK) + (beta * gamma)[:, None] * dx
-        xk = tl.sum(dx * k.to(tl.float32), 1)
-        dbeta = gamma * xk
-        dG += beta * gamma * xk
-        d_inverse = _mm(dw, tl.trans((beta * gamma)[:, None] * k.to(tl.float32)), DT, PRECISION)
+        dbeta = tl.zeros([BT], dtype=tl.float32)
+        d_inverse = tl.zeros([BT, BT], dtype=tl.float32)
+        kk = tl.zeros([BT, BT], dtype=tl.float32)
+        for kb in range(tl.cdiv(K, BK)):
+            k = _rows(k_ptr, row, t, T, K, kb * BK, BK)
+            dw = _rows(dw_ptr, row, t, T, K, kb * BK, BK)
+            dx = tl.dot(inverse_t, dw, input_precision=PRECISION)
+            xk = tl.sum(dx * k.to(tl.float32), 1)
+            dbeta += xk
+            d_inverse += _mm(dw, tl.trans(k), DT, PRECISION)
+            kk += _mm(k, tl.trans(k), DT, PRECISION)
+            _store_rows(dk_ptr, row, t, T, K, kb * BK, _rows(dk_ptr, row, t, T, K, kb * BK, BK)
+                        + beta_gamma[:, None] * dx, BK)
+        dG += beta_gamma * dbeta
+        dbeta *= tl.exp(G)
+        d_inverse *= beta_gamma[None, :]
         # u = T Y, Y = beta v - sum_l Bx_l ev_l
-        for i in range(tl.cdiv(V, BV)):
-            v0 = i * BV
-            du = _rows(dv_new_ptr, row, t, T, V, v0, BV)
-            v = _rows(v_ptr, row, t, T, V, v0, BV).to(tl.float32)
+        for vb in range(tl.cdiv(V, BV)):
+            du = _rows(dv_new_ptr, row, t, T, V, vb * BV, BV)
+            v = _rows(v_ptr, row, t, T, V, vb * BV, BV).to(tl.float32)
             dy = tl.dot(inverse_t, du, input_precision=PRECISION)
-            _store_rows(dv_ptr, row, t, T, V, v0, beta[:, None] * dy, BV)
+            _store_rows(dv_ptr, row, t, T, V, vb * BV, beta[:, None] * dy, BV)
             dbeta += tl.sum(dy * v, 1)
             d_inverse += _mm(du, tl.trans(beta[:, None] * v), DT, PRECISION)
         if HAS_EXTRA:
             for l in range(L):
-                ek = _rows(ek_ptr, row * L + l, t, T, K, 0, BK)
-                kek = _mm(k, tl.trans(ek), DT, PRECISION)
-                bx = beta[:, None] * decay_strict * kek
+                kek = tl.zeros([BT, BT], dtype=tl.float32)
+                for kb in range(tl.cdiv(K, BK)):
+                    kek += _mm(_rows(k_ptr, row, t, T, K, kb * BK, BK),
+                               tl.trans(_rows(ek_ptr, row * L + l, t, T, K, kb * BK, BK)), DT, PRECISION)
+                bx_t = tl.trans(beta[:, None] * decay_strict * kek)
                 du_ev = tl.zeros([BT, BT], dtype=tl.float32)
-                for i in range(tl.cdiv(V, BV)):
-                    v0 = i * BV
-                    du = _rows(dv_new_ptr, row, t, T, V, v0, BV)
-                    du_ev += _mm(du, tl.trans(_rows(ev_ptr, row * L + l, t, T, V, v0, BV)), DT, PRECISION)
+                for vb in range(tl.cdiv(V, BV)):
+                    du = _rows(dv_new_ptr, row, t, T, V, vb * BV, BV)
+                    du_ev += _mm(du, tl.trans(_rows(ev_ptr, row * L + l, t, T, V, vb * BV, BV)), DT, PRECISION)
                     dy = tl.dot(inverse_t, du, input_precision=PRECISION)
-                    dev = _rows(dev_ptr, row * L + l, t, T, V, v0, BV) - _mm(tl.trans(bx), dy, DT, PRECISION)
-                    _store_rows(dev_ptr, row * L + l, t, T, V, v0, dev, BV)
-                d_inverse -= tl.dot(du_ev, tl.trans(bx), input_precision=PRECISION)
+                    _store_rows(dev_ptr, row * L + l, t, T, V, vb * BV, _rows(dev_ptr, row * L + l, t, T, V, vb * BV, BV)
+                                - _mm(bx_t, dy, DT, PRECISION), BV)
+                d_inverse -= tl.dot(du_ev, bx_t, input_precision=PRECISION)
                 d_bx = -tl.where(strict, tl.dot(inverse_t, du_ev, input_precision=PRECISION), 0.0)
-                d_kek = d_bx * decay_strict * beta[:, None]
-                dk += _mm(d_kek, ek, DT, PRECISION)
-                dek = _rows(dek_ptr, row * L + l, t, T, K, 0, BK) + _mm(tl.trans(d_kek), k, DT, PRECISION)
-                _store_rows(dek_ptr, row * L + l, t, T, K, 0, dek, BK)
                 dbeta += tl.sum(d_bx * decay_strict * kek, 1)
-                z = d_bx * bx
-                dG += tl.sum(z, 1) - tl.sum(z, 0)
-        # T = (I + A)^{-1}: dA = -T^T dT T^T on the strictly lower part
+                d_kek = d_bx * decay_strict * beta[:, None]
+                for kb in range(tl.cdiv(K, BK)):
+                    k = _rows(k_ptr, row, t, T, K, kb * BK, BK)
+                    ek = _rows(ek_ptr, row * L + l, t, T, K, kb * BK, BK)
+                    dk_extra = _mm(d_kek, ek, DT, PRECISION)
+                    dek_extra = _mm(tl.trans(d_kek), k, DT, PRECISION)
+                    dG += tl.sum(dk_extra * k.to(tl.float32), 1) - tl.sum(dek_extra * ek.to(tl.float32), 1)
+                    _store_rows(dk_ptr, row, t, T, K, kb * BK, _rows(dk_ptr, row, t, T, K, kb * BK, BK) + dk_extra, BK)
+                    _store_rows(dek_ptr, row * L + l, t, T, K, kb * BK,
+                                _rows(dek_ptr, row * L + l, t, T, K, kb * BK, BK) + dek_extra, BK)
+        # T = (I + A)^{-1}: dA = -T^T dT T^T on the strictly lower part, A = beta D (k k^T)
         dA = -tl.where(strict, tl.dot(tl.dot(inverse_t, d_inverse, input_precision=PRECISION), inverse_t,
                                       input_precision=PRECISION), 0.0)
-        kk = _mm(k, tl.trans(k), DT, PRECISION)
-        d_kk = dA * decay_strict * beta[:, None]
-        dk += _mm(d_kk, k, DT, PRECISION) + _mm(tl.trans(d_kk), k, DT, PRECISION)
         dbeta += tl.sum(dA * decay_strict * kk, 1)
-        z = d_kk * kk
-        dG += tl.sum(z, 1) - tl.sum(z, 0)
-        _store_rows(dk_ptr, row, t, T, K, 0, dk, BK)
+        d_kk = dA * decay_strict * beta[:, None]
+        for kb in range(tl.cdiv(K, BK)):
+            k = _rows(k_ptr, row, t, T, K, kb * BK, BK)
+            dk_left = _mm(d_kk, k, DT, PRECISION)
+            dk_right = _mm(tl.trans(d_kk), k, DT, PRECISION)
+            dG += tl.sum((dk_left - dk_right) * k.to(tl.float32), 1)
+            _store_rows(dk_ptr, row, t, T, K, kb * BK, _rows(dk_ptr, row, t, T, K, kb * BK, BK) + dk_left + dk_right,
+                        BK)
         tl.store(dbeta_ptr + row, dbeta, mask=t < T)
     # G_t = g_1 + ... + g_t inside the chunk: dg_s = sum_{t >= s} dG_t
     tl.store(dg_ptr + row, tl.sum(dG, 0) - tl.cumsum(dG, 0) + dG, mask=t < T)
 
 
-def _config(T, K, V, chunk):
-    """Chunk length and padded key / value widths, and the value block of the parallel kernels."""
+def _config(B, H, K, V, chunk, key_block, value_block, sequential_value):
+    """Chunk length, the whole padded key width (the sequential kernels hold [K, value block] states), and
+    the key / value blocks of the parallel kernels and the value block of the sequential ones."""
     if chunk not in CHUNKS:
         raise ValueError(f"chunk must be one of {CHUNKS}, got {chunk}")
+    for name, block in (("key_block", key_block), ("value_block", value_block), ("sequential_value", sequential_value)):
+        if block is not None and (block < 16 or block & (block - 1)):
+            raise ValueError(f"{name} must be a power of two >= 16, got {block}")
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
-    return chunk, BK, BV, min(BV, 64)
+    return (chunk, BK, min(BK, key_block or 64), min(BV, value_block or 64),
+            min(BV, sequential_value or _value_block(B * H, BV, busy=SEQUENTIAL_PROGRAMS)))
 
 
 def _pointer_or(x, placeholder):
@@ -390,11 +459,11 @@ def _pointer_or(x, placeholder):
 class _ChunkSplitScan(torch.autograd.Function):
     @staticmethod
     @_on_input_device
-    def forward(ctx, q, k, v, g, beta, extra_k, extra_v, initial_state, scale, chunk):
+    def forward(ctx, q, k, v, g, beta, extra_k, extra_v, initial_state, scale, blocks):
         B, T, H, K = q.shape
         V = v.shape[-1]
         L = 0 if extra_k is None else extra_k.shape[3]
-        BT, BK, BV, BVp = _config(T, K, V, chunk)
+        BT, BK, KB, VB, VS = _config(B, H, K, V, *blocks)
         NT = triton.cdiv(T, BT)
         q, k, v, g = (x.contiguous() for x in (q, k, v, g))
         beta, extra_k, extra_v, initial_state = (None if x is None else x.contiguous()
@@ -408,72 +477,77 @@ class _ChunkSplitScan(torch.autograd.Function):
         w = torch.empty_like(k) if beta is not None else k
         u = torch.empty_like(v) if beta is not None else v
         extra_states = torch.empty(B, H, NT, K, V, **fp32) if extra_k is not None else G
-        flags = dict(PRECISION=precision, BT=BT, BK=BK)
+        flags = dict(HAS_EXTRA=extra_k is not None, PRECISION=precision, BT=BT)
         _wy_forward_kernel[(NT, B * H)](
             k, v, g, _pointer_or(beta, g), _pointer_or(extra_k, k), _pointer_or(extra_v, v), G, inverses, w, u,
-            extra_states, T, H, K, V, L, NT, HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, **flags,
-            BV=BVp, num_warps=4)
+            extra_states, T, H, K, V, L, NT, HAS_BETA=beta is not None, **flags, BK=KB, BV=VB, num_warps=4)
         states = torch.empty(B, H, NT, K, V, device=q.device, dtype=k.dtype)  # h at every chunk start
         v_new = torch.empty_like(v)
         final_state = torch.empty(B, H, K, V, **fp32)
-        BVs = _value_block(B * H, BV, busy=128)
-        _state_forward_kernel[(triton.cdiv(V, BVs), B * H)](
+        _state_forward_kernel[(triton.cdiv(V, VS), B * H)](
             k, u, w, G, extra_states, _pointer_or(initial_state, final_state), states, v_new, final_state,
-            T, H, K, V, NT, HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None,
-            HAS_INITIAL=initial_state is not None, **flags, BV=BVs, num_warps=4)
+            T, H, K, V, NT, HAS_BETA=beta is not None, HAS_INITIAL=initial_state is not None, **flags, BK=BK, BV=VS,
+            num_warps=SEQUENTIAL_WARPS)
         o = torch.empty(B, T, H, V, device=q.device, dtype=v.dtype)
-        _output_kernel[(triton.cdiv(V, BVp), NT, B * H)](
+        _output_kernel[(triton.cdiv(V, VB), NT, B * H)](
             q, k, _pointer_or(extra_k, k), _pointer_or(extra_v, v), G, states, v_new, o, scale, T, H, K, V, L, NT,
-            HAS_EXTRA=extra_k is not None, **flags, BV=BVp, num_warps=4)
+            **flags, BK=KB, BV=VB, num_warps=4)
         ctx.save_for_backward(q, k, v, beta, extra_k, extra_v, G, inverses, w, states, v_new)
-        ctx.config = (scale, BT, BK, BV, BVp, NT, precision, initial_state is not None, dtypes)
+        ctx.config = (scale, (BT, BK, KB, VB, VS), NT, precision, initial_state is not None, dtypes)
         return o, final_state
 
     @staticmethod
     @_on_input_device
     def backward(ctx, d_o, d_final_state):
         q, k, v, beta, extra_k, extra_v, G, inverses, w, states, v_new = ctx.saved_tensors
-        scale, BT, BK, BV, BVp, NT, precision, has_initial, dtypes = ctx.config
+        scale, (BT, BK, KB, VB, VS), NT, precision, has_initial, dtypes = ctx.config
         B, T, H, K = q.shape
         V = v.shape[-1]
         L = 0 if extra_k is None else extra_k.shape[3]
+        NK = triton.cdiv(K, KB)
         d_o = d_o.to(k.dtype).contiguous()
         fp32 = dict(device=q.device, dtype=torch.float32)
-        flags = dict(PRECISION=precision, BT=BT, BK=BK)
+        flags = dict(PRECISION=precision, BT=BT)
+        parallel = dict(HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, **flags, BK=KB, BV=VB)
         dv_new = torch.empty(B, T, H, V, **fp32)
-        _local_value_grad_kernel[(triton.cdiv(V, BVp), NT, B * H)](q, k, G, d_o, dv_new, scale, T, H, K, V, **flags,
-                                                                    BV=BVp, num_warps=4)
+        _local_value_grad_kernel[(triton.cdiv(V, VB), NT, B * H)](q, k, G, d_o, dv_new, scale, T, H, K, V, **flags,
+                                                                  BK=KB, BV=VB, num_warps=4)
         d_states = torch.empty_like(states)  # dh' of every chunk
         d_initial = torch.empty(B, H, K, V, **fp32)
-        BVs = _value_block(B * H, BV, busy=128)
-        _state_backward_kernel[(triton.cdiv(V, BVs), B * H)](
+        _state_backward_kernel[(triton.cdiv(V, VS), B * H)](
             q, k, w, G, d_o, _pointer_or(d_final_state, d_initial).contiguous(), dv_new, d_states, d_initial, scale,
-            T, H, K, V, NT, HAS_BETA=beta is not None, HAS_DFINAL=d_final_state is not None, **flags, BV=BVs,
-            num_warps=4)
+            T, H, K, V, NT, HAS_BETA=beta is not None, HAS_DFINAL=d_final_state is not None, **flags, BK=BK, BV=VS,
+            num_warps=SEQUENTIAL_WARPS)
         dq = torch.empty(B, T, H, K, **fp32)
         dk = torch.empty(B, T, H, K, **fp32)
         dw = torch.empty(B, T, H, K, **fp32) if beta is not None else dk
-        dG = torch.empty(B, T, H, **fp32)
+        dG = torch.empty(NK, B, T, H, **fp32)  # each key block's share
         dek = torch.empty_like(extra_k, dtype=torch.float32) if extra_k is not None else dk
         dev = torch.empty_like(extra_v, dtype=torch.float32) if extra_v is not None else dv_new
-        _key_grads_kernel[(NT, B * H)](
+        _key_grads_kernel[(NK, NT, B * H)](
             q, k, _pointer_or(extra_k, k), _pointer_or(extra_v, v), G, states, d_states, v_new, dv_new, d_o,
-            dq, dk, dw, dG, dek, dev, scale, T, H, K, V, L, NT, HAS_BETA=beta is not None,
-            HAS_EXTRA=extra_k is not None, **flags, BV=BVp, num_warps=8 if BK >= 128 else 4)
+            dq, dk, dw, dG, dek, scale, T, H, K, V, L, NT, **parallel, num_warps=4)
+        if extra_k is not None:
+            _extra_value_grads_kernel[(triton.cdiv(V, VB), NT, B * H)](
+                q, extra_k, extra_v, G, d_states, d_o, dev, scale, T, H, K, V, L, NT, **flags, BK=KB, BV=VB,
+                num_warps=4)
         dv = torch.empty(B, T, H, V, **fp32) if beta is not None else dv_new
         dbeta = torch.empty(B, T, H, **fp32) if beta is not None else None
         dg = torch.empty(B, T, H, **fp32)
         _wy_backward_kernel[(NT, B * H)](
             k, v, _pointer_or(beta, G), _pointer_or(extra_k, k), _pointer_or(extra_v, v), G, inverses, dw, dv_new,
-            dG, dk, dek, dev, dv, _pointer_or(dbeta, dG), dg, T, H, K, V, L, NT, HAS_BETA=beta is not None,
-            HAS_EXTRA=extra_k is not None, **flags, BV=BVp, num_warps=8 if BK >= 128 else 4)
+            dG, dk, dek, dev, dv, _pointer_or(dbeta, dg), dg, T, H, K, V, L, NT, NK, **parallel, num_warps=4)
         grads = (dq, dk, dv, dg, dbeta, dek if extra_k is not None else None, dev if extra_v is not None else None)
         return (*(None if d is None else d.to(dtype) for d, dtype in zip(grads, dtypes)),
                 d_initial if has_initial else None, None, None)
 
 
-def chunk_split_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state, chunk=CHUNK):
+def chunk_split_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state, chunk=CHUNK, key_block=None,
+                           value_block=None, sequential_value=None):
     """Chunk-split Triton scan; returns (o [B, T, H, V] in k's dtype, S_T [B, H, K, V] fp32).
 
-    ``chunk`` (16, 32 or 64) is the chunk length."""
-    return _ChunkSplitScan.apply(q, k, v, g, beta, extra_k, extra_v, initial_state, scale, chunk)
+    chunk: 16, 32 or 64; key_block / value_block: the key and value blocks of the parallel kernels (powers
+    of two >= 16, default 64); sequential_value: the value block of the two sequential passes (default:
+    split until about SEQUENTIAL_PROGRAMS programs)."""
+    return _ChunkSplitScan.apply(q, k, v, g, beta, extra_k, extra_v, initial_state, scale,
+                                 (chunk, key_block, value_block, sequential_value))
