@@ -7,6 +7,7 @@ from .chunk import chunk_delta_scan
 from .naive import naive_delta_scan
 
 BACKENDS = ("auto", "naive", "torch", "triton", "chunk_parallel", "chunk_split")
+TRITON_BACKENDS = ("triton", "chunk_parallel", "chunk_split")
 # From this length on, "auto" takes chunk_parallel on CUDA: on the H200 (bf16, forward+backward, L = 0;
 # results/kernels.md, 2026-12-01) it ran 2.67 ms against the fused kernel's 3.15 at (64, 1024, 4, 64) and
 # 17.1 against 30.1 at (8, 8192, 8, 128), while the fused kernel stays ahead at T <= 200.
@@ -53,7 +54,7 @@ def _validate(q, k, v, g, beta, extra_k, extra_v, initial_state, backend):
         _check_shape("extra_v", extra_v, (B, T, H, L, V), "[B, T, H, L, V]")
     if initial_state is not None:
         _check_shape("initial_state", initial_state, (B, H, K, V), "[B, H, K, V]")
-    if backend in ("triton", "chunk_parallel", "chunk_split") and not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+    if backend in TRITON_BACKENDS and not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(f"backend {backend!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors)")
     for name, tensor in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("extra_k", extra_k),
                          ("extra_v", extra_v), ("initial_state", initial_state)):
