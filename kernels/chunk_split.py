@@ -12,22 +12,25 @@ D[t, s] = exp(G_t - G_s)), with h the state at the chunk's start and h' at its e
     o            = scale (gamma q h + (M D q k^T) v_new + sum_l (M D q ek_l^T) ev_l), M: s <= t
     h'           = exp(G_C) h + (exp(G_C - G) k)^T v_new + E,   E = sum_l (exp(G_C - G) ek_l)^T ev_l
 
-Without beta (SSD / gated linear attention) A = Bx = 0, w = 0 and u = v. Forward launches:
-`_wy_forward_kernel` (grid chunks x B*H: G, T, w, u, E), `_state_forward_kernel` (grid value blocks x B*H,
-sequential over chunks: h at every chunk start and v_new), `_output_kernel` (grid value blocks x chunks x
-B*H: o). Backward launches, dh' being the gradient of a chunk's end state:
-`_local_value_grad_kernel` (scale (M D q k^T)^T do), `_state_backward_kernel` (sequential in reverse:
-dv_new = that + (exp(G_C - G) k) dh' and dh = exp(G_C) dh' + scale (gamma q)^T do - w^T dv_new),
-`_key_grads_kernel` (dq, and the parts of dk, dG, d(extra_k), d(extra_v) from o and h', dw = -dv_new h^T),
-`_wy_backward_kernel` (back through w, u and T: dA = -T^T (dw X^T + dv_new Y^T) T^T with X = beta gamma k
-and Y = beta v - sum_l Bx_l ev_l; then dk, dv, dbeta, d(extra_k), d(extra_v), and dg as the reverse
-cumulative sum of dG inside the chunk). The extra writes add loops over l only to the parallel kernels;
-the sequential ones read E.
+Without beta (SSD / gated linear attention) A = Bx = 0, w = 0 and u = v.
 
-Kept between kernels in the inputs' dtype (as fla keeps them): w, u, v_new and h; in fp32: G, T, E,
-the final state, and every gradient buffer. Products take their operands in the inputs' dtype with fp32
-accumulation (bf16 tensor cores for bf16 inputs, full fp32 for fp32 inputs); the products of T with the
-fp32 gradient of T stay fp32.
+Forward: `_wy_forward_kernel` (grid chunks x B*H: G, T, w, u, E), `_state_forward_kernel` (grid value blocks
+x B*H, sequential over chunks: h at every chunk start and v_new), `_output_kernel` (grid value blocks x
+chunks x B*H: o). Backward, dh' being the gradient of a chunk's end state: `_local_value_grad_kernel`
+(scale (M D q k^T)^T do), `_state_backward_kernel` (sequential in reverse: dv_new = that + (exp(G_C - G) k)
+dh', dh = exp(G_C) dh' + scale (gamma q)^T do - w^T dv_new), `_key_grads_kernel` (grid key blocks x chunks
+x B*H: dq, dw = -dv_new h^T and the parts of dk, d(extra_k) and dG through o and h'),
+`_extra_value_grads_kernel` (L > 0: d(extra_v) through o and h'), `_wy_backward_kernel` (back through
+w = T X, u = T Y and T, with X = beta gamma k, Y = beta v - sum_l Bx_l ev_l and dA = -T^T (dw X^T +
+dv_new Y^T) T^T: the rest of dk, d(extra_k), d(extra_v), dv, dbeta, and dg as the reverse cumulative sum
+of dG inside the chunk). The extra writes add loops over l to the parallel kernels only; the sequential
+passes read E.
+
+Kept between kernels in the inputs' dtype (as fla keeps them): w and h; in fp32: G, T, u and v_new (in
+bf16 they raised the error of o with bf16 inputs most; results/kernels.md, chunk_split section), E, the
+final state and every gradient buffer. Products take their operands in the inputs' dtype with fp32
+accumulation (bf16 tensor cores for bf16 inputs, full fp32 for fp32 inputs); the products of T with
+gradients stay fp32.
 """
 
 import os
@@ -41,10 +44,11 @@ from .triton_chunk import (_given_or_zeros, _masked_decay, _on_input_device, _st
 
 CHUNK = 64
 CHUNKS = (16, 32, 64)  # what _unit_lower_inverse supports
-# Launch sizes, chosen from ptxas -v for sm_90a (Triton 3.7.1, bf16, head width 128; not timed): the
-# sequential passes spill least with value blocks of 32 and 4 warps (as fla's state pass at its best
-# configuration there), so they split the value width until about SEQUENTIAL_PROGRAMS programs; the
-# parallel kernels take 8 warps (4 spill kilobytes per thread in the gradient and WY kernels).
+# Launch sizes, chosen from ptxas -v for sm_90a (bf16, head width 128; not timed; the table is in
+# results/kernels.md, chunk_split section): the sequential passes spill least with value blocks of 32 and
+# 4 warps, as fla's state pass does in its best configuration there, so they split the value width until
+# about SEQUENTIAL_PROGRAMS programs; the parallel kernels take 8 warps (with 4 the gradient and WY kernels
+# spill several times more).
 SEQUENTIAL_PROGRAMS = 256
 SEQUENTIAL_WARPS = 4
 SEQUENTIAL_STAGES = 2
@@ -512,14 +516,14 @@ class _ChunkSplitScan(torch.autograd.Function):
         G = torch.empty(B, T, H, **fp32)  # chunk-local cumulative log-decay
         inverses = torch.empty(B, H, NT, BT, BT, **fp32) if beta is not None else G
         w = torch.empty_like(k) if beta is not None else k
-        u = torch.empty_like(v) if beta is not None else v
+        u = torch.empty_like(v, dtype=torch.float32) if beta is not None else v
         extra_states = torch.empty(B, H, NT, K, V, **fp32) if extra_k is not None else G
         flags = dict(HAS_EXTRA=extra_k is not None, DT=_dot_dtype(k), PRECISION=precision, BT=BT)
         _wy_forward_kernel[(NT, B * H)](
             k, v, g, _pointer_or(beta, g), _pointer_or(extra_k, k), _pointer_or(extra_v, v), G, inverses, w, u,
             extra_states, T, H, K, V, L, NT, HAS_BETA=beta is not None, **flags, BK=KB, BV=VB, num_warps=PARALLEL_WARPS)
         states = torch.empty(B, H, NT, K, V, device=q.device, dtype=k.dtype)  # h at every chunk start
-        v_new = torch.empty_like(v)
+        v_new = torch.empty_like(v, dtype=torch.float32)
         final_state = torch.empty(B, H, K, V, **fp32)
         _state_forward_kernel[(triton.cdiv(V, VS), B * H)](
             k, u, w, G, extra_states, _pointer_or(initial_state, final_state), states, v_new, final_state,
