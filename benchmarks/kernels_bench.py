@@ -431,11 +431,13 @@ class Report:
             f"  chunk path with tf32 off); FAIL above {BF16_TARGET:g} (bf16) or 1e-4 (fp32).",
         ]
         if args.fla_bypass:
-            lines.append(f"- the fla column (fla-core {fla_version}) was timed with fla's Triton-version guard bypassed: "
-                         "fla refuses its gated backward (chunk_bwd_dqkwg) on Hopper with Triton < 3.7.1, here Triton "
-                         f"{triton.__version__} (fla issue 640); fla's results were timed only, not checked.")
+            lines.append(f"- the fla column (fla-core {fla_version}) was timed with fla's Triton-version guard "
+                         "bypassed: fla refuses its gated backward (chunk_bwd_dqkwg) on Hopper with Triton < 3.7.1, "
+                         f"here Triton {triton.__version__} (fla issue 640); fla's results were timed only, not "
+                         "checked.")
         if DEVICE == "cpu":
-            lines.append("- --smoke: every time is the wall time of one call under the interpreter, not a measurement.")
+            lines.append("- --smoke: every time is the wall time of one call under the interpreter, not a "
+                         "measurement.")
         lines += ["", "Small-shape check against the naive loop (initial state given; T off the chunk multiples):", "",
                   "| (B, T, H, D) | variant | " + " | ".join(f"{b} bf16 / fp32" for b in self.backends) + " |",
                   "|---|---|" + "---|" * len(self.backends)]
