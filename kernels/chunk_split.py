@@ -29,8 +29,8 @@ passes read E.
 Kept between kernels in the inputs' dtype (as fla keeps them): w and h; in fp32: G, T, u and v_new (in
 bf16 they raised the error of o with bf16 inputs most; results/kernels.md, chunk_split section), E, the
 final state and every gradient buffer. Products take their operands in the inputs' dtype with fp32
-accumulation (bf16 tensor cores for bf16 inputs, full fp32 for fp32 inputs); the products of T with
-gradients stay fp32.
+accumulation (bf16 tensor cores for bf16 inputs, full fp32 for fp32 inputs); the products with T
+(w, u and their gradients) take fp32 operands (tf32 for bf16 inputs), off the sequential passes.
 """
 
 import os
@@ -131,7 +131,7 @@ def _wy_forward_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, G_ptr, inv
         tl.store(inverse_ptr + ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :], inverse)
         for kb in range(tl.cdiv(K, BK)):
             k = _rows(k_ptr, row0, H, t0, T, K, kb * BK, BT, BK).to(tl.float32)
-            w = _mm(inverse, (beta * tl.exp(G))[:, None] * k, DT, PRECISION)
+            w = tl.dot(inverse, (beta * tl.exp(G))[:, None] * k, input_precision=PRECISION)
             _store_rows(w_ptr, row0, H, t0, T, K, kb * BK, w, BT, BK)
         for vb in range(tl.cdiv(V, BV)):
             y = beta[:, None] * _rows(v_ptr, row0, H, t0, T, V, vb * BV, BT, BV).to(tl.float32)  # [BT, BV]
@@ -143,7 +143,7 @@ def _wy_forward_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, G_ptr, inv
                         kek += _mm(_rows(k_ptr, row0, H, t0, T, K, kb * BK, BT, BK), tl.trans(ek), DT, PRECISION)
                     ev = _rows(ev_ptr, row0 * L + l, H * L, t0, T, V, vb * BV, BT, BV)
                     y -= _mm(beta[:, None] * decay_strict * kek, ev, DT, PRECISION)
-            _store_rows(u_ptr, row0, H, t0, T, V, vb * BV, _mm(inverse, y, DT, PRECISION), BT, BV)
+            _store_rows(u_ptr, row0, H, t0, T, V, vb * BV, tl.dot(inverse, y, input_precision=PRECISION), BT, BV)
     if HAS_EXTRA:
         to_end = tl.exp(tl.sum(g, 0) - G)
         for kb in range(tl.cdiv(K, BK)):
