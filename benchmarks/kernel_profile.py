@@ -9,8 +9,8 @@ benchmarks/kernels_bench.py (bf16 q, k, v, fp32 g and beta), runs two forward+ba
 per call (ms), its launches per call, and the total beside the wall time per call. fla is
 chunk_gated_delta_rule (L = 0) or chunk_simple_gla (SSD), its backward's Hopper guard lifted as
 kernels_bench --fla-bypass does. A --blocks set names fields of kernels/chunk_parallel.py's Blocks
-(OVERRIDE_RULES) for chunk_parallel, chunk_size and value_block for triton; '' (the default) is the
-backend's automatic sizes through delta_scan. A failing case is reported as a line.
+(OVERRIDE_RULES) for chunk_parallel, chunk_size and value_block for triton, CHUNK_SPLIT_OVERRIDES for
+chunk_split; '' (the default) is the backend's automatic sizes through delta_scan. A failing case is reported as a line.
 """
 
 import argparse
@@ -26,6 +26,7 @@ from torch.profiler import ProfilerActivity, profile
 from kernels_bench import bypass_fla_hopper_guard, guarded, load_kernels, parse_shapes, timed_calls
 
 TRITON_OVERRIDES = ("chunk_size", "value_block")
+CHUNK_SPLIT_OVERRIDES = ("chunk", "key_block", "value_block", "sequential_value")  # chunk_split_delta_scan's
 
 TOP_KERNELS = 8
 
@@ -55,12 +56,13 @@ def profile_case(scan, shape, variant, who, overrides, steps):
 def parse_blocks(text, backends, chunk_parallel):
     """'name=value,...' -> {backend of ours: overrides} ('' -> None: the automatic sizes); a clear error,
     naming the set, for a name a listed backend does not take or a value out of its range (chunk_parallel:
-    its OVERRIDE_RULES; triton: TRITON_OVERRIDES)."""
+    its OVERRIDE_RULES; triton: TRITON_OVERRIDES; chunk_split: CHUNK_SPLIT_OVERRIDES)."""
     if not text:
         return {backend: None for backend in backends}
     try:
         overrides = chunk_parallel.Blocks.parse(text, names=None)
-        accepted = {"chunk_parallel": tuple(chunk_parallel.OVERRIDE_RULES), "triton": TRITON_OVERRIDES}
+        accepted = {"chunk_parallel": tuple(chunk_parallel.OVERRIDE_RULES), "triton": TRITON_OVERRIDES,
+                    "chunk_split": CHUNK_SPLIT_OVERRIDES}
         for backend in set(backends) & set(accepted):
             unknown = set(overrides) - set(accepted[backend])
             if unknown:
@@ -94,7 +96,7 @@ def format_case(shape, variant, who, overrides, result):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="8x8192x8x128", help="as kernels_bench.py: indices, issue20 or BxTxHxD")
-    parser.add_argument("--backends", default="chunk_parallel,fla", help="triton, chunk_parallel, fla")
+    parser.add_argument("--backends", default="chunk_parallel,fla", help="triton, chunk_parallel, chunk_split, fla")
     parser.add_argument("--variants", default="L=0", help="L=0, L=1, L=3, SSD (fla: L=0 and SSD only)")
     parser.add_argument("--blocks", action="append",
                         help="block-size overrides of ours, name=value,... (repeat for more sets; '': automatic)")

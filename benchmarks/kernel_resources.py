@@ -1,11 +1,14 @@
 """Registers and spills of delta_scan's Triton kernels for Hopper (sm_90a), compiled here: no GPU needed.
 
     python benchmarks/kernel_resources.py [--head-dims 32,64] [--chunk-sizes 16,32] [--out FILE]
+    python benchmarks/kernel_resources.py --backend chunk_split [--head-dims 64,128] [--out FILE]
 
 Compiles the forward and backward kernels (bf16 inputs, beta given) for each head dimension, chunk size
 and L = 0 / L > 0 with the block sizes and warp counts delta_scan would pick, and runs Triton's bundled
-ptxas -v on the PTX. Spills go to local memory on every chunk step, so a configuration that spills
-kilobytes is a lead for the GPU benchmark (benchmarks/kernels_bench.py --chunk-sizes), not a timing.
+ptxas -v on the PTX; with --backend chunk_split, every kernel of kernels/chunk_split.py with the launch
+sizes it picks at B = H = 8 (its chunk length, L = 0 and L = 3). Spills go to local memory on every chunk
+step, so a configuration that spills kilobytes is a lead for the GPU benchmark
+(benchmarks/kernels_bench.py --chunk-sizes), not a timing.
 """
 
 from __future__ import annotations
@@ -20,29 +23,65 @@ from pathlib import Path
 
 import triton
 from triton.backends.compiler import GPUTarget
+import triton.language as tl
 from triton.compiler import ASTSource
 
 from prism_rec.files import write_atomically
+from prism_rec.kernels import chunk_split
 from prism_rec.kernels.triton_chunk import _backward_kernel, _forward_kernel, _num_warps
 
 HOPPER = GPUTarget("cuda", 90, 32)
 PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 BF16_POINTERS = {"q_ptr", "k_ptr", "v_ptr", "ek_ptr", "ev_ptr", "o_ptr", "do_ptr", "dfinal_ptr", "dq_ptr", "dk_ptr",
                  "dv_ptr", "dek_ptr", "dev_ptr"}
+# chunk_split's tensors in the inputs' dtype (the rest are fp32)
+CHUNK_SPLIT_BF16_POINTERS = {"q_ptr", "k_ptr", "v_ptr", "ek_ptr", "ev_ptr", "w_ptr", "states_ptr", "o_ptr", "do_ptr",
+                             "d_states_ptr"}
 
 
-def compile_ptx(kernel, constants: dict, num_warps: int) -> str:
-    """PTX of ``kernel`` for Hopper with ``constants`` as its constexpr arguments."""
+def compile_ptx(kernel, constants: dict, num_warps: int, bf16_pointers=BF16_POINTERS, num_stages: int = 3) -> str:
+    """PTX of ``kernel`` for Hopper with ``constants`` as its constexpr arguments (those it takes)."""
     signature = {}
-    for name in inspect.signature(kernel.fn).parameters:
+    parameters = inspect.signature(kernel.fn).parameters
+    constants = {name: value for name, value in constants.items() if name in parameters}
+    for name in parameters:
         if name in constants:
             signature[name] = "constexpr"
         elif name.endswith("_ptr"):
-            signature[name] = "*bf16" if name in BF16_POINTERS else "*fp32"
+            signature[name] = "*bf16" if name in bf16_pointers else "*fp32"
         else:
             signature[name] = "fp32" if name == "scale" else "i32"
     source = ASTSource(fn=kernel, signature=signature, constexprs=constants)
-    return triton.compile(source, target=HOPPER, options={"num_warps": num_warps}).asm["ptx"]
+    options = {"num_warps": num_warps, "num_stages": num_stages}
+    return triton.compile(source, target=HOPPER, options=options).asm["ptx"]
+
+
+def chunk_split_rows(head_dim: int, L: int, B: int = 8, H: int = 8) -> list[str]:
+    """Table rows (kernel, warps, registers / stack / spill bytes) of chunk_split's kernels at key = value
+    width head_dim with L extra writes, compiled with the launch sizes it picks for B x H programs."""
+    BT, BK, KB, VB, VS = chunk_split._config(B, H, head_dim, head_dim, chunk_split.CHUNK, None, None, None)
+    extra = dict(HAS_EXTRA=L > 0)
+    shared = dict(H=H, K=head_dim, V=head_dim, L=L, DT=tl.bfloat16, PRECISION="tf32", BT=BT, HAS_BETA=True)
+    parallel = dict(BK=KB, BV=VB)
+    sequential = dict(BK=BK, BV=VS)
+    kernels = [("_wy_forward_kernel", {**extra, **parallel}), ("_state_forward_kernel", {**extra, **sequential,
+                                                                                        "HAS_INITIAL": False}),
+               ("_output_kernel", {**extra, **parallel}), ("_local_value_grad_kernel", parallel),
+               ("_state_backward_kernel", {**sequential, "HAS_DFINAL": False}),
+               ("_key_grads_kernel", {**extra, **parallel}), ("_wy_backward_kernel", {**extra, **parallel})]
+    if L:
+        kernels.append(("_extra_value_grads_kernel", parallel))
+    rows = []
+    for name, constants in kernels:
+        is_sequential = name in ("_state_forward_kernel", "_state_backward_kernel")
+        warps = chunk_split.SEQUENTIAL_WARPS if is_sequential else chunk_split.PARALLEL_WARPS
+        stages = chunk_split.SEQUENTIAL_STAGES if is_sequential else 3
+        usage = resource_usage(compile_ptx(getattr(chunk_split, name), {**shared, **constants}, warps,
+                                           CHUNK_SPLIT_BF16_POINTERS, stages))
+        cell = " / ".join(str(usage[k]) for k in ("registers", "stack", "spill_stores"))
+        rows.append(f"| {head_dim} | {L} | `{name}` | {constants['BK']} x {constants['BV']} | {warps} | {cell} |")
+        print(rows[-1], flush=True)
+    return rows
 
 
 def resource_usage(ptx: str) -> dict[str, int]:
@@ -68,7 +107,20 @@ def main() -> None:
     parser.add_argument("--head-dims", default="32,64")
     parser.add_argument("--chunk-sizes", default="16,32")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--backend", choices=("triton", "chunk_split"), default="triton")
     args = parser.parse_args()
+    if args.backend == "chunk_split":
+        lines = ["| head dim | L | kernel | block (key x value) | warps | regs / stack / spill B |",
+                 "|---:|---:|---|---|---:|---|"]
+        for head_dim in map(int, args.head_dims.split(",")):
+            for L in (0, 3):
+                lines += chunk_split_rows(head_dim, L)
+        text = (f"Triton {triton.__version__}, ptxas of its wheel, sm_90a, bf16 inputs with beta, chunks of "
+                f"{chunk_split.CHUNK}; command `python benchmarks/kernel_resources.py --backend chunk_split "
+                f"--head-dims {args.head_dims}`\n\n" + "\n".join(lines) + "\n")
+        if args.out:
+            write_atomically(args.out, text)
+        return
     lines = ["| head dim | chunk | extra writes | warps | forward regs / stack / spill B | backward regs "
              "/ stack / spill B |",
              "|---:|---:|---|---:|---|---|"]

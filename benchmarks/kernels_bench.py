@@ -11,11 +11,13 @@
 A failing cell (a compile error, out of memory, fla's refusal) is reported in the table, not raised; with
 --time-budget the cells left when it runs out are marked skipped. Kernels are compiled first by worker
 processes in parallel (shared TRITON_CACHE_DIR), since compiling is most of the cost on a fresh machine.
-The report is rewritten after every row.
+The report is rewritten after every row. --smoke runs the whole script once on the CPU under
+TRITON_INTERPRET=1 at a tiny shape, without worker processes (each time is one call, not a measurement):
+it catches errors in the script and in the kernels' launch code before a GPU run.
 
     python benchmarks/kernels_bench.py --out results/kernels.md [--workers 12] [--fla] [--fla-bypass]
-        [--backends triton,chunk_parallel] [--variants L=0,L=3] [--shapes 0,1 | issue20 | 256x50x2x32,...]
-        [--chunk-sizes 16,32] [--time-budget SECONDS]
+        [--backends triton,chunk_parallel,chunk_split] [--variants L=0,L=3] [--shapes 0,1 | issue20 | 256x50x2x32,...]
+        [--chunk-sizes 16,32] [--time-budget SECONDS] [--smoke]
 """
 
 import argparse
@@ -23,6 +25,7 @@ import datetime
 import importlib
 import importlib.metadata
 import multiprocessing
+import os
 import platform
 import sys
 import time
@@ -35,11 +38,14 @@ REPO = Path(__file__).resolve().parents[1]
 SHAPES = [(256, 200, 4, 32), (256, 200, 2, 64), (64, 1024, 4, 64), (16, 4096, 8, 64), (8, 8192, 8, 128)]
 ISSUE20_SHAPES = [(256, 50, 2, 32), (256, 200, 2, 32), (256, 200, 4, 32), (64, 1024, 4, 64), (8, 8192, 8, 128)]
 SMALL_CHECK_SHAPES = [(2, 70, 3, 32), (1, 150, 2, 64)]  # lengths off every chunk multiple
+SMOKE_SHAPE = (1, 70, 2, 16)  # --smoke: two chunks of 64, the second ending inside
 VARIANTS = {"L=0": (True, 0), "L=1": (True, 1), "L=3": (True, 3), "SSD": (False, 0)}  # name: (with beta, L)
 BACKEND_ENTRIES = {"triton": ("triton_chunk", "triton_delta_scan"),
-                   "chunk_parallel": ("chunk_parallel", "chunk_parallel_delta_scan")}
+                   "chunk_parallel": ("chunk_parallel", "chunk_parallel_delta_scan"),
+                   "chunk_split": ("chunk_split", "chunk_split_delta_scan")}
 GRAD_NAMES = ("q", "k", "v", "g", "beta", "extra_k", "extra_v", "initial_state")
 BF16_TARGET = 1e-2  # the issue's bound on bf16 relative errors
+DEVICE = "cuda"  # "cpu" with --smoke
 
 
 def load_kernels():
@@ -64,10 +70,10 @@ def make_inputs(shape, variant, dtype, seed=0, with_initial_state=False):
     """Inputs on the GPU: unit-norm keys, decays in (0, 1), beta in (0, 1); fp32 g, beta and initial state."""
     B, T, H, D = shape
     with_beta, L = VARIANTS[variant]
-    gen = torch.Generator(device="cuda").manual_seed(seed)
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
 
     def randn(*size):
-        return torch.randn(*size, device="cuda", generator=gen)
+        return torch.randn(*size, device=DEVICE, generator=gen)
 
     return {
         "q": randn(B, T, H, D).to(dtype),
@@ -99,7 +105,7 @@ def chunk_overrides(backend, chunk_size):
     """The block-size overrides of a forced chunk size (None: the backend's automatic sizes)."""
     if chunk_size is None:
         return None
-    return {"chunk": chunk_size} if backend == "chunk_parallel" else {"chunk_size": chunk_size}
+    return {"chunk": chunk_size} if backend in ("chunk_parallel", "chunk_split") else {"chunk_size": chunk_size}
 
 
 def forward_backward(call, inputs, d_o):
@@ -122,7 +128,7 @@ def worst_relative_error(result, reference):
 def check_errors(scan, shape, variant, backends, dtypes, reference_backend, with_initial_state=False):
     """{backend: {dtype: (error, tensor name) or an error message}} against one fp32 reference."""
     inputs32 = make_inputs(shape, variant, torch.float32, seed=1, with_initial_state=with_initial_state)
-    d_o = torch.randn(inputs32["v"].shape, device="cuda", generator=torch.Generator(device="cuda").manual_seed(2))
+    d_o = torch.randn(inputs32["v"].shape, device=DEVICE, generator=torch.Generator(device=DEVICE).manual_seed(2))
     torch.backends.cuda.matmul.allow_tf32 = False
     reference = forward_backward(scan_call(scan, reference_backend), inputs32, d_o)
     errors = {}
@@ -183,6 +189,11 @@ def timed_calls(scan, shape, variant, who, overrides=None):
 
 
 def bench(fn, grad_to_none=None):
+    """Median ms of do_bench on the GPU; with --smoke the wall ms of one call."""
+    if DEVICE == "cpu":
+        started = time.perf_counter()
+        fn()
+        return 1e3 * (time.perf_counter() - started)
     import triton.testing
 
     return triton.testing.do_bench(fn, warmup=10, rep=50, grad_to_none=grad_to_none, return_mode="median")
@@ -246,6 +257,15 @@ def warm_up(tasks, workers, fla_bypass, seconds):
         pool.terminate()
 
 
+def use_smoke_settings():
+    """--smoke: CPU tensors through Triton's interpreter (set before any kernel module loads), and the tiny
+    shape for the small-shape check as well."""
+    global DEVICE, SMALL_CHECK_SHAPES
+    os.environ["TRITON_INTERPRET"] = "1"
+    DEVICE = "cpu"
+    SMALL_CHECK_SHAPES = [SMOKE_SHAPE]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(REPO / "results" / "kernels.md"))
@@ -253,7 +273,7 @@ def main():
     parser.add_argument("--fla", action="store_true", help="also time fla-core (needs it importable)")
     parser.add_argument("--fla-bypass", action="store_true", help="time fla's backward with its Hopper guard lifted")
     parser.add_argument("--backends", default="triton",
-                        help="comma list of delta_scan backends to check and time: triton, chunk_parallel")
+                        help="comma list of delta_scan backends to check and time: triton, chunk_parallel, chunk_split")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma list of L=0, L=1, L=3, SSD")
     parser.add_argument("--chunk-sizes", default="",
                         help="comma list: also time these chunk sizes (every backend and selected shape, L=0 and L=3)")
@@ -261,9 +281,14 @@ def main():
                         help="indices into the shape list, issue20, or BxTxHxD items, comma separated")
     parser.add_argument("--time-budget", type=float, default=None,
                         help="seconds: cells not started by then are marked skipped")
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"CPU, TRITON_INTERPRET=1, shape {SMOKE_SHAPE} (unless --shapes), no workers, one call "
+                        "per time")
     args = parser.parse_args()
     started = time.time()
-    shapes = parse_shapes(args.shapes)
+    if args.smoke:
+        use_smoke_settings()
+    shapes = parse_shapes(args.shapes) if args.shapes or not args.smoke else [SMOKE_SHAPE]
     backends = args.backends.split(",")
     variants = args.variants.split(",")
     chunk_sizes = [int(c) for c in args.chunk_sizes.split(",") if c]
@@ -282,7 +307,7 @@ def main():
     tasks += [("time", b, s, v, c, p)
               for s in shapes for v in sweep_variants for b in backends for c in chunk_sizes for p in parts]
     warm_seconds = 0.6 * args.time_budget if args.time_budget else 3600.0
-    warm_errors = warm_up(tasks, args.workers, args.fla_bypass, warm_seconds)
+    warm_errors = [] if args.smoke else warm_up(tasks, args.workers, args.fla_bypass, warm_seconds)
     print(f"compiled {len(tasks)} cases in {time.time() - started:.0f} s; errors: {len(warm_errors)}", flush=True)
     for line in warm_errors:
         print("  ", line, flush=True)
@@ -386,10 +411,11 @@ class Report:
         except importlib.metadata.PackageNotFoundError:
             fla_version = "not installed"
         args = self.args
+        gpu = torch.cuda.get_device_name() if DEVICE == "cuda" else "none (--smoke: CPU, TRITON_INTERPRET=1)"
         lines = [
             "# delta_scan (Triton) on the GPU",
             "",
-            f"- GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; Triton {triton.__version__}; "
+            f"- GPU: {gpu}; torch {torch.__version__}; Triton {triton.__version__}; "
             f"fla-core {fla_version}; Python {platform.python_version()}",
             f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; script wall time "
             f"{time.time() - self.started:.0f} s{'' if final else ' (running)'}",
@@ -405,8 +431,13 @@ class Report:
             f"  chunk path with tf32 off); FAIL above {BF16_TARGET:g} (bf16) or 1e-4 (fp32).",
         ]
         if args.fla_bypass:
-            lines.append("- fla backward timed with its Hopper guard (fla issue 640, Triton < 3.7.1) lifted: timing "
-                         "only, results unchecked.")
+            lines.append(f"- the fla column (fla-core {fla_version}) was timed with fla's Triton-version guard "
+                         "bypassed: fla refuses its gated backward (chunk_bwd_dqkwg) on Hopper with Triton < 3.7.1, "
+                         f"here Triton {triton.__version__} (fla issue 640); fla's results were timed only, not "
+                         "checked.")
+        if DEVICE == "cpu":
+            lines.append("- --smoke: every time is the wall time of one call under the interpreter, not a "
+                         "measurement.")
         lines += ["", "Small-shape check against the naive loop (initial state given; T off the chunk multiples):", "",
                   "| (B, T, H, D) | variant | " + " | ".join(f"{b} bf16 / fp32" for b in self.backends) + " |",
                   "|---|---|" + "---|" * len(self.backends)]

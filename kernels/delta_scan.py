@@ -6,7 +6,8 @@ import os
 from .chunk import chunk_delta_scan
 from .naive import naive_delta_scan
 
-BACKENDS = ("auto", "naive", "torch", "triton", "chunk_parallel")
+BACKENDS = ("auto", "naive", "torch", "triton", "chunk_parallel", "chunk_split")
+TRITON_BACKENDS = ("triton", "chunk_parallel", "chunk_split")
 # From this length on, "auto" takes chunk_parallel on CUDA: on the H200 (bf16, forward+backward, L = 0;
 # results/kernels.md, 2026-12-01) it ran 2.67 ms against the fused kernel's 3.15 at (64, 1024, 4, 64) and
 # 17.1 against 30.1 at (8, 8192, 8, 128), while the fused kernel stays ahead at T <= 200.
@@ -53,7 +54,7 @@ def _validate(q, k, v, g, beta, extra_k, extra_v, initial_state, backend):
         _check_shape("extra_v", extra_v, (B, T, H, L, V), "[B, T, H, L, V]")
     if initial_state is not None:
         _check_shape("initial_state", initial_state, (B, H, K, V), "[B, H, K, V]")
-    if backend in ("triton", "chunk_parallel") and not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+    if backend in TRITON_BACKENDS and not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(f"backend {backend!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors)")
     for name, tensor in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("extra_k", extra_k),
                          ("extra_v", extra_v), ("initial_state", initial_state)):
@@ -77,7 +78,9 @@ def delta_scan(q, k, v, g, beta=None, extra_k=None, extra_v=None, scale=None, in
     scale defaults to K ** -0.5. Returns (o [B, T, H, V] in v's dtype, final state [B, H, K, V] fp32
     or None). backend: "naive" (per-token loop), "torch" (chunked PyTorch), "triton" (fused kernels, one
     program per (batch, head) walking all chunks), "chunk_parallel" (Triton, intra-chunk work parallel over
-    chunks, only the state recurrence sequential; kernels/chunk_parallel.py), "auto" (``auto_backend``: on CUDA
+    chunks, only the state recurrence sequential; kernels/chunk_parallel.py), "chunk_split" (Triton, chunks of 64,
+    forward and backward split into WY, state-passing, output and separate gradient kernels;
+    kernels/chunk_split.py), "auto" (``auto_backend``: on CUDA
     triton below ``CHUNK_PARALLEL_MIN_T`` tokens and chunk_parallel from it on, torch elsewhere).
     """
     _validate(q, k, v, g, beta, extra_k, extra_v, initial_state, backend)
@@ -93,6 +96,10 @@ def delta_scan(q, k, v, g, beta=None, extra_k=None, extra_v=None, scale=None, in
         from .chunk_parallel import chunk_parallel_delta_scan
 
         o, final_state = chunk_parallel_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state)
+    elif backend == "chunk_split":
+        from .chunk_split import chunk_split_delta_scan
+
+        o, final_state = chunk_split_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state)
     else:
         from .triton_chunk import triton_delta_scan
 

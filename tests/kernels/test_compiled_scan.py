@@ -14,8 +14,8 @@ from tests.kernels.scan_cases import make_inputs
 TRITON = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 
 
-@pytest.mark.parametrize("backend",
-                         ["torch", pytest.param("triton", marks=TRITON), pytest.param("chunk_parallel", marks=TRITON)])
+@pytest.mark.parametrize("backend", ["torch", *(pytest.param(b, marks=TRITON)
+                                              for b in ("triton", "chunk_parallel", "chunk_split"))])
 @pytest.mark.parametrize("with_beta, L", [(True, 2), (False, 0)])
 def test_scan_op_under_compile_matches_eager(backend, with_beta, L):
     device = "cuda" if backend != "torch" and torch.cuda.is_available() else "cpu"  # else Triton's interpreter

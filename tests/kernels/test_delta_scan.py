@@ -12,12 +12,13 @@ from prism_rec.kernels import delta_scan
 from scan_cases import assert_close_to, make_inputs, run_with_grads
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
-SCAN_BACKENDS = ["naive", "torch"] + (["triton", "chunk_parallel"] if HAS_TRITON else [])
+TRITON_BACKENDS = ["triton", "chunk_parallel", "chunk_split"]
+SCAN_BACKENDS = ["naive", "torch"] + (TRITON_BACKENDS if HAS_TRITON else [])
 
 
 def device_for(backend):
     """Triton runs on CUDA when present, else on CPU tensors through its interpreter (see conftest)."""
-    return "cuda" if backend in ("triton", "chunk_parallel") and torch.cuda.is_available() else "cpu"
+    return "cuda" if backend in TRITON_BACKENDS and torch.cuda.is_available() else "cpu"
 
 SHAPE = dict(B=2, H=3, K=8, V=12)
 
