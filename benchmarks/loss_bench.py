@@ -40,11 +40,12 @@ from prism_rec.training.losses import (FIXED_CONFIG, FUSED_CONFIGS, FUSED_KERNEL
 
 SHAPES = [(12800, 20000, 64), (51200, 20000, 64), (49152, 20000, 64), (12800, 80000, 64), (12800, 20000, 256)]
 SMOKE_SHAPES = [(70, 300, 24), (130, 257, 64)]  # partial row and item tiles; d off and on a power of two
-PRUNED = [FIXED_CONFIG] + [LaunchConfig(*c) for c in (
-    (64, 128, 4, 2), (64, 128, 4, 4), (64, 128, 8, 3), (64, 64, 4, 3), (64, 64, 4, 4), (64, 256, 8, 3),
-    (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (128, 256, 8, 2))]
-GRID = [FIXED_CONFIG] + [LaunchConfig(*c) for c in itertools.product((64, 128), (64, 128, 256), (4, 8), (2, 3, 4))
-                         if LaunchConfig(*c) != FIXED_CONFIG]
+# (block rows, block items, warps, stages); each also with 4 programs per SM (a split: no new compile)
+BLOCKS = [(64, 128, 4, 3), (64, 128, 4, 2), (64, 128, 4, 4), (64, 128, 8, 3), (64, 64, 4, 3), (64, 64, 4, 4),
+          (64, 256, 8, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (128, 256, 8, 2)]
+PRUNED = [FIXED_CONFIG] + [LaunchConfig(*b, p) for b in BLOCKS for p in (2, 4) if LaunchConfig(*b, p) != FIXED_CONFIG]
+GRID = [FIXED_CONFIG] + [LaunchConfig(*c) for c in itertools.product((64, 128), (64, 128, 256), (4, 8), (2, 3, 4),
+                                                                     (2, 4)) if LaunchConfig(*c) != FIXED_CONFIG]
 SMOKE_CANDIDATE = LaunchConfig(128, 64, 4, 3)  # both block sizes other than the fixed config's
 GAP_LIMIT = 1e-3  # largest relative gap of a candidate's output to the fixed config's: only sum order differs
 MARGIN_S = 15.0  # a measurement starts only with this much of the budget left (a first launch compiles)
@@ -296,7 +297,8 @@ def main() -> None:
               "Inputs: fp32 hidden [N, d] ~ N(0, 1) and table [I, d] ~ N(0, 0.3^2) under bf16 autocast (bf16 "
               "products, fp32 sums), random targets; TF32 off.",
               f"Median of {args.repeats} synchronised repeats after {args.warmup} warm-up calls; candidates: "
-              f"{args.candidates} ({len(candidates)}); config names n<block rows>_i<block items>_w<warps>_s<stages>; "
+              f"{args.candidates} ({len(candidates)}); config names "
+              "n<block rows>_i<block items>_w<warps>_s<stages>_p<programs per SM>; "
               f"FUSED_CONFIGS: {', '.join(f'{k} {c.name}' for k, c in FUSED_CONFIGS.items())}.",
               f"Command: `python3 {' '.join(sys.argv)}`"]
     results = []

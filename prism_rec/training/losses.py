@@ -51,24 +51,24 @@ MAX_FUSED_D = 256
 
 class LaunchConfig(NamedTuple):
     """How one fused kernel is launched: a tile of ``block_rows`` x ``block_items`` (d is one tile), with
-    ``warps`` warps and ``stages`` software-pipeline stages (ignored by Triton's interpreter)."""
+    ``warps`` warps and ``stages`` software-pipeline stages (both ignored by Triton's interpreter), its walk
+    split in parts until about ``programs_per_sm`` programs per streaming multiprocessor are launched."""
     block_rows: int
     block_items: int
     warps: int
     stages: int
+    programs_per_sm: int = 2
 
     @property
     def name(self) -> str:
-        return f"n{self.block_rows}_i{self.block_items}_w{self.warps}_s{self.stages}"
+        return f"n{self.block_rows}_i{self.block_items}_w{self.warps}_s{self.stages}_p{self.programs_per_sm}"
 
 
 # the launch of every fused kernel before benchmarks/loss_bench.py (Triton's default of 3 stages)
-FIXED_CONFIG = LaunchConfig(block_rows=64, block_items=128, warps=4, stages=3)
+FIXED_CONFIG = LaunchConfig(block_rows=64, block_items=128, warps=4, stages=3, programs_per_sm=2)
 FUSED_KERNELS = ("forward", "backward_hidden", "backward_table")
 # the launch each fused kernel takes unless fused_logsumexp is given others
 FUSED_CONFIGS = dict.fromkeys(FUSED_KERNELS, FIXED_CONFIG)
-# the fused walk is split until about this many programs per streaming multiprocessor are launched
-PROGRAMS_PER_SM = 2
 _LOG2E = 1.4426950408889634
 
 
@@ -181,13 +181,14 @@ class _FusedLogSumExp(torch.autograd.Function):
         return d_hidden, d_table, None, None, None
 
 
-def _split_count(blocks: int, tiles: int, device: torch.device, splits: int | None) -> tuple[int, int]:
+def _split_count(blocks: int, tiles: int, device: torch.device, splits: int | None,
+                 programs_per_sm: int) -> tuple[int, int]:
     """(number of parts, tiles per part) of a walk over ``tiles`` tiles done by ``blocks`` programs each."""
     if splits is None:
         if device.type != "cuda":
             splits = 1
         else:
-            target = PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
+            target = programs_per_sm * torch.cuda.get_device_properties(device).multi_processor_count
             splits = max(1, min(-(-target // max(blocks, 1)), tiles // 4))
     splits = max(1, min(splits, tiles))
     per_split = -(-tiles // splits)
@@ -224,7 +225,7 @@ def launch_forward(hidden, table, compute_dtype, splits, config: LaunchConfig):
     if n == 0:
         return hidden.new_zeros(0, dtype=torch.float32)
     row_blocks, item_tiles = -(-n // config.block_rows), -(-items // config.block_items)
-    parts, per_part = _split_count(row_blocks, item_tiles, hidden.device, splits)
+    parts, per_part = _split_count(row_blocks, item_tiles, hidden.device, splits, config.programs_per_sm)
     maxima = torch.empty(parts, n, dtype=torch.float32, device=hidden.device)
     sums = torch.empty_like(maxima)
     from .loss_kernels import _lse_forward
@@ -248,7 +249,7 @@ def launch_backward(hidden, table, lse, grad_lse, compute_dtype, splits, config:
         return torch.zeros(rows_out, d, dtype=torch.float32, device=hidden.device)
     blocks = -(-rows_out // (config.block_items if of_table else config.block_rows))
     tiles = -(-n // config.block_rows) if of_table else -(-items // config.block_items)
-    parts, per_part = _split_count(blocks, tiles, hidden.device, splits)
+    parts, per_part = _split_count(blocks, tiles, hidden.device, splits, config.programs_per_sm)
     partial = torch.empty(parts, rows_out, d, dtype=torch.float32, device=hidden.device)
     from .loss_kernels import _lse_backward_hidden, _lse_backward_table
 
