@@ -85,10 +85,10 @@ def kernel_breakdown(fn, device: torch.device, repeats: int) -> list[tuple[str, 
     """(kernel, launches per call, ms per call) of ``fn`` from torch.profiler, slowest first (on CPU: the
     operators' own CPU time)."""
     cuda = device.type == "cuda"
-    activity = torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     fn()
     synchronize(device)
-    with torch.profiler.profile(activities=[activity]) as profile:
+    with torch.profiler.profile(activities=activities) as profile:
         for _ in range(repeats):
             fn()
         synchronize(device)
@@ -155,9 +155,14 @@ def kernel_calls(hidden, table, device):
     }
 
 
-def short_error(error: Exception) -> str:
-    first_line = (str(error).splitlines() or [""])[0][:80]
-    return f"failed: {type(error).__name__}: {first_line}".replace("|", "/")
+def attempt(fn):
+    """``fn()``, or the error's first line when it fails (a config over the shared memory, say): reported,
+    not raised."""
+    try:
+        return fn()
+    except Exception as error:
+        first_line = (str(error).splitlines() or [""])[0][:80]
+        return f"failed: {type(error).__name__}: {first_line}".replace("|", "/")
 
 
 def bench_shape(shape, candidates, device, args, budget: Budget) -> dict:
@@ -169,20 +174,24 @@ def bench_shape(shape, candidates, device, args, budget: Budget) -> dict:
             "fused (FUSED_CONFIGS)": forward_backward(lambda h, t, y: full_softmax_loss_sum(h, t, y, path="fused"),
                                                       hidden, table, targets, device)}
     for name, run in runs.items():
-        result["end_to_end"][name] = median_ms(run, device, args.warmup, args.repeats)
-    calls = kernel_calls(hidden, table, device)
-    for kernel, call in calls.items():
-        reference = call(FIXED_CONFIG)
+        result["end_to_end"][name] = attempt(lambda: median_ms(run, device, args.warmup, args.repeats))  # noqa: B023
+    calls = attempt(lambda: kernel_calls(hidden, table, device))
+    for kernel in FUSED_KERNELS:
+        reference = None  # the output of the first candidate that runs: the fixed config's unless it fails
         for config in candidates:
-            if not budget.allows():
-                result["kernels"][kernel][config] = "skipped (time budget)"
+            if isinstance(calls, str) or not budget.allows():
+                result["kernels"][kernel][config] = calls if isinstance(calls, str) else "skipped (time budget)"
                 continue
-            try:
-                gap = relative_gap(call(config), reference)
-                ms = median_ms(lambda: call(config), device, args.warmup, args.repeats)  # noqa: B023 (called here)
-                result["kernels"][kernel][config] = (ms, gap) if gap < GAP_LIMIT else f"WRONG: gap {gap:.1e}"
-            except Exception as error:  # a config over the shared memory or registers: reported, not raised
-                result["kernels"][kernel][config] = short_error(error)
+            output = attempt(lambda: calls[kernel](config))  # noqa: B023 (called here)
+            if isinstance(output, str):
+                result["kernels"][kernel][config] = output
+                continue
+            reference = output if reference is None else reference
+            gap = relative_gap(output, reference)
+            timed = attempt(lambda: median_ms(lambda: calls[kernel](config), device,  # noqa: B023
+                                              args.warmup, args.repeats))
+            result["kernels"][kernel][config] = ((timed, gap) if gap < GAP_LIMIT else f"WRONG: gap {gap:.1e}") \
+                if not isinstance(timed, str) else timed
     best = {}
     for kernel, timings in result["kernels"].items():
         timed = {c: v[0] for c, v in timings.items() if isinstance(v, tuple)}
@@ -192,21 +201,22 @@ def bench_shape(shape, candidates, device, args, budget: Budget) -> dict:
                                              hidden, table, targets, device)
     runs["fused (best)"] = forward_backward(fused_with(best), hidden, table, targets, device)
     for name in ("fused (fixed)", "fused (best)"):
-        result["end_to_end"][name] = median_ms(runs[name], device, args.warmup, args.repeats)
+        result["end_to_end"][name] = attempt(lambda: median_ms(runs[name], device,  # noqa: B023
+                                                               args.warmup, args.repeats))
     for name in ("chunked", "fused (fixed)", "fused (best)"):
-        result["breakdown"][name] = kernel_breakdown(runs[name], device, max(1, args.repeats // 4))
-    del hidden, table, targets, calls, runs
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+        result["breakdown"][name] = attempt(lambda: kernel_breakdown(runs[name], device,  # noqa: B023
+                                                                     max(1, args.repeats // 4)))
     return result
 
 
-def ms(value: float) -> str:
-    return f"{value:.3f}"
-
-
 def cell(value) -> str:
-    return ms(value[0]) if isinstance(value, tuple) else value
+    """A time in ms (alone or as (ms, gap)), or the failure text in its place."""
+    value = value[0] if isinstance(value, tuple) else value
+    return value if isinstance(value, str) else f"{value:.3f}"
+
+
+def speedup(slow, fast) -> str:
+    return f"{slow / fast:.2f}x" if isinstance(slow, float) and isinstance(fast, float) else ""
 
 
 def shape_name(shape) -> str:
@@ -238,9 +248,9 @@ def report(header: list[str], results: list[dict], skipped: list, candidates: li
     for r in results:
         e = r["end_to_end"]
         picked = " / ".join(r["best"][k].name for k in FUSED_KERNELS)
-        rows.append([shape_name(r["shape"]), ms(e["chunked"]), ms(e["fused (FUSED_CONFIGS)"]), ms(e["fused (fixed)"]),
-                     ms(e["fused (best)"]), f"{e['fused (fixed)'] / e['fused (best)']:.2f}x",
-                     f"{e['chunked'] / e['fused (best)']:.2f}x", picked])
+        rows.append([shape_name(r["shape"]), *(cell(e[name]) for name in (
+            "chunked", "fused (FUSED_CONFIGS)", "fused (fixed)", "fused (best)")),
+            speedup(e["fused (fixed)"], e["fused (best)"]), speedup(e["chunked"], e["fused (best)"]), picked])
     rows += [[shape_name(s), *["skipped (time budget)"] * 6, ""] for s in skipped]
     lines.append(pipe_table(["rows x items x d", "chunked", "fused, FUSED_CONFIGS", "fused, fixed", "fused, best",
                              "best vs fixed", "best vs chunked", "best config (forward / backward_hidden / "
@@ -262,8 +272,8 @@ def report(header: list[str], results: list[dict], skipped: list, candidates: li
         lines.append(pipe_table(["config", *FUSED_KERNELS], rows, "lrrr"))
         for name, kernels in r["breakdown"].items():
             lines += ["", f"Per kernel, {name} (torch.profiler; ms per forward+backward):", ""]
-            lines.append(pipe_table(["kernel", "launches", "ms"], [
-                [k[:90].replace("|", "/"), f"{count:g}", ms(t)] for k, count, t in kernels[:12]], "lrr"))
+            lines.append(kernels if isinstance(kernels, str) else pipe_table(["kernel", "launches", "ms"], [
+                [k[:90].replace("|", "/"), f"{count:g}", cell(t)] for k, count, t in kernels[:12]], "lrr"))
     return "\n".join(lines) + "\n"
 
 
@@ -308,15 +318,17 @@ def main() -> None:
             break
         print(f"shape {shape_name(shape)} ...", flush=True)
         results.append(bench_shape(shape, candidates, device, args, budget))
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the shape's tensors, freed on return
         r = results[-1]
         for kernel in FUSED_KERNELS:
             fixed, best = r["kernels"][kernel].get(FIXED_CONFIG), r["kernels"][kernel].get(r["best"][kernel])
             print(f"  {kernel}: picked {r['best'][kernel].name} {cell(best)} ms, fixed {cell(fixed)} ms", flush=True)
         e = r["end_to_end"]
-        verdict = "beats" if e["fused (best)"] < e["fused (fixed)"] else "does not beat"
-        print(f"  forward+backward: chunked {ms(e['chunked'])} ms, fused fixed {ms(e['fused (fixed)'])} ms, fused "
-              f"best {ms(e['fused (best)'])} ms: best {verdict} the fixed config "
-              f"({e['fused (fixed)'] / e['fused (best)']:.2f}x)", flush=True)
+        fixed, best = e["fused (fixed)"], e["fused (best)"]
+        verdict = ("beats" if best < fixed else "does not beat") if speedup(fixed, best) else "cannot be compared to"
+        print(f"  forward+backward: chunked {cell(e['chunked'])} ms, fused fixed {cell(fixed)} ms, fused "
+              f"best {cell(best)} ms: best {verdict} the fixed config ({speedup(fixed, best)})", flush=True)
         write_atomically(args.out, report(header, results, [], candidates))
     chosen = suggestion(results)
     print("suggested FUSED_CONFIGS: " + ", ".join(f"{k} {chosen[k].name}" for k in FUSED_KERNELS), flush=True)
