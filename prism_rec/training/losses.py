@@ -143,7 +143,7 @@ def fused_logsumexp(hidden: torch.Tensor, table: torch.Tensor, splits: int | Non
                     configs: dict[str, LaunchConfig] | None = None) -> torch.Tensor:
     """logsumexp(hidden @ table.T) per row [N] (fp32) through the Triton kernels; ``splits`` fixes the
     number of parts each walk is split into (default: enough programs to fill the GPU); ``configs`` maps
-    some of ``FUSED_KERNELS`` to the launch they take instead of ``FUSED_CONFIGS``'."""
+    some of ``FUSED_KERNELS`` to the launch they take instead of their ``FUSED_CONFIGS`` entry."""
     if hidden.shape[1] > MAX_FUSED_D:
         raise ValueError(f"the fused loss path takes d <= {MAX_FUSED_D}, got {hidden.shape[1]}")
     if hidden.device != table.device:
