@@ -216,6 +216,11 @@ def cell(value) -> str:
     return value if isinstance(value, str) else f"{value:.3f}"
 
 
+def tflops(shape, ms) -> str:
+    n, items, d = shape
+    return f"{10 * n * items * d / (ms * 1e-3) / 1e12:.1f}" if isinstance(ms, float) else ""
+
+
 def speedup(slow, fast) -> str:
     return f"{slow / fast:.2f}x" if isinstance(slow, float) and isinstance(fast, float) else ""
 
@@ -251,11 +256,14 @@ def report(header: list[str], results: list[dict], skipped: list, candidates: li
         picked = " / ".join(r["best"][k].name for k in FUSED_KERNELS)
         rows.append([shape_name(r["shape"]), *(cell(e[name]) for name in (
             "chunked", "fused (FUSED_CONFIGS)", "fused (fixed)", "fused (best)")),
-            speedup(e["fused (fixed)"], e["fused (best)"]), speedup(e["chunked"], e["fused (best)"]), picked])
-    rows += [[shape_name(s), *["skipped (time budget)"] * 6, ""] for s in skipped]
+            speedup(e["fused (fixed)"], e["fused (best)"]), speedup(e["chunked"], e["fused (best)"]),
+            tflops(r["shape"], e["fused (best)"]), picked])
+    rows += [[shape_name(s), *["skipped (time budget)"] * 7, ""] for s in skipped]
     lines.append(pipe_table(["rows x items x d", "chunked", "fused, FUSED_CONFIGS", "fused, fixed", "fused, best",
-                             "best vs fixed", "best vs chunked", "best config (forward / backward_hidden / "
-                             "backward_table)"], rows, "lrrrrrrl"))
+                             "best vs fixed", "best vs chunked", "fused, best: TFLOP/s", "best config (forward / "
+                             "backward_hidden / backward_table)"], rows, "lrrrrrrrl"))
+    lines += ["", "TFLOP/s: the fused path's products, 10 N I d floating-point operations (the forward's logits, "
+              "each backward's logits and gradient product), over its forward+backward time."]
     chosen = suggestion(results)
     lines += ["", "Fastest candidate per kernel over the shapes above (geometric mean of its time over the fixed "
               "config's), as losses.py's table:", "", "```python",
