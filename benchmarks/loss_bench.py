@@ -10,10 +10,13 @@ Per shape (rows x items x d): the chunked path and the fused path with ``FUSED_C
 alone (with the PyTorch sum of its parts) under every candidate config, checked against the
 ``FIXED_CONFIG`` candidate's output; the fused path again with each kernel's fastest candidate; and a
 per-kernel breakdown (torch.profiler) of the three end-to-end runs. Times are medians of synchronised
-repeats after warm-up (CUDA events on the GPU). The picking is done here, once, and printed as a
-``FUSED_CONFIGS`` table to paste into losses.py (see its docstring for why the library does not autotune at
-run time). Shapes and candidates left when
---time-budget runs out are reported as skipped; the report is rewritten atomically after every shape.
+repeats after warm-up (CUDA events on the GPU), each called eagerly and replayed as a CUDA graph (which
+also checks that it captures: a host synchronisation fails the capture); candidates are ranked by the
+graph time, the GPU's own, where it ran (the chunked path, whose checkpoints save the RNG state, is timed
+eagerly only). The picking is done here, once, and printed as a ``FUSED_CONFIGS`` table to paste into
+losses.py (see its docstring for why the library does not autotune at run time). Shapes and candidates
+left when --time-budget runs out are reported as skipped; the report is rewritten atomically after every
+shape.
 --smoke runs two tiny shapes and two candidates; on CPU it needs TRITON_INTERPRET=1 (the kernels then run in
 Triton's interpreter, so compile errors show without a GPU).
 """
@@ -81,6 +84,36 @@ def median_ms(fn, device: torch.device, warmup: int, repeats: int) -> float:
     return statistics.median(start.elapsed_time(end) for start, end in events)
 
 
+def graph_ms(fn, device: torch.device, warmup: int, repeats: int) -> float | str:
+    """Median time of replaying ``fn`` captured as one CUDA graph (warmed up on a side stream first): the
+    GPU's time without the host's, and the check that ``fn`` captures (a host synchronisation fails it)."""
+    if device.type != "cuda":
+        return "no CUDA"
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(max(1, warmup)):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return median_ms(graph.replay, device, 1, repeats)
+
+
+def timing(fn, device: torch.device, args, graph: bool = True) -> dict:
+    """``fn``'s median ms called eagerly and (``graph``) replayed as a CUDA graph (or why not)."""
+    return {"eager": median_ms(fn, device, args.warmup, args.repeats),
+            "graph": attempt(lambda: graph_ms(fn, device, args.warmup, args.repeats)) if graph else "not captured"}
+
+
+def pick_ms(value) -> float | None:
+    """The time candidates are ranked by: the graph replay's where it ran (the GPU's own), else the eager one."""
+    if not isinstance(value, dict):
+        return None
+    return value["graph"] if isinstance(value["graph"], float) else value["eager"]
+
+
 def kernel_breakdown(fn, device: torch.device, repeats: int) -> list[tuple[str, float, float]]:
     """(kernel, launches per call, ms per call) of ``fn`` from torch.profiler, slowest first (on CPU: the
     operators' own CPU time)."""
@@ -129,7 +162,7 @@ def forward_backward(loss_fn, hidden, table, targets, device):
     """One forward+backward of ``loss_fn(hidden, table, targets)`` under bf16 autocast, as a closure."""
     def run():
         hidden.grad = table.grad = None
-        with torch.autocast(device.type, dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False):  # no cache: captures
             loss = loss_fn(hidden, table, targets)
         loss.backward()
     return run
@@ -175,7 +208,7 @@ def bench_shape(shape, candidates, device, args, budget: Budget) -> dict:
             "fused (FUSED_CONFIGS)": forward_backward(lambda h, t, y: full_softmax_loss_sum(h, t, y, path="fused"),
                                                       hidden, table, targets, device)}
     for name, run in runs.items():
-        result["end_to_end"][name] = attempt(lambda: median_ms(run, device, args.warmup, args.repeats))  # noqa: B023
+        result["end_to_end"][name] = attempt(lambda: timing(run, device, args, graph=name != "chunked"))  # noqa: B023
     calls = kernel_calls(hidden, table)
     for kernel in FUSED_KERNELS:
         reference = None  # the output of the first candidate that runs: the fixed config's unless it fails
@@ -189,21 +222,19 @@ def bench_shape(shape, candidates, device, args, budget: Budget) -> dict:
                 continue
             reference = output if reference is None else reference
             gap = relative_gap(output, reference)
-            timed = attempt(lambda: median_ms(lambda: calls[kernel](config), device,  # noqa: B023
-                                              args.warmup, args.repeats))
-            result["kernels"][kernel][config] = ((timed, gap) if gap < GAP_LIMIT else f"WRONG: gap {gap:.1e}") \
-                if not isinstance(timed, str) else timed
+            timed = attempt(lambda: timing(lambda: calls[kernel](config), device, args))  # noqa: B023
+            result["kernels"][kernel][config] = (timed | {"gap": gap} if gap < GAP_LIMIT else f"WRONG: gap {gap:.1e}") \
+                if isinstance(timed, dict) else timed
     best = {}
     for kernel, timings in result["kernels"].items():
-        timed = {c: v[0] for c, v in timings.items() if isinstance(v, tuple)}
+        timed = {c: pick_ms(v) for c, v in timings.items() if isinstance(v, dict)}
         best[kernel] = min(timed, key=timed.get) if timed else FIXED_CONFIG
     result["best"] = best
     runs["fused (fixed)"] = forward_backward(fused_with(dict.fromkeys(FUSED_KERNELS, FIXED_CONFIG)),
                                              hidden, table, targets, device)
     runs["fused (best)"] = forward_backward(fused_with(best), hidden, table, targets, device)
     for name in ("fused (fixed)", "fused (best)"):
-        result["end_to_end"][name] = attempt(lambda: median_ms(runs[name], device,  # noqa: B023
-                                                               args.warmup, args.repeats))
+        result["end_to_end"][name] = attempt(lambda: timing(runs[name], device, args))  # noqa: B023
     for name in ("chunked", "fused (fixed)", "fused (best)"):
         result["breakdown"][name] = attempt(lambda: kernel_breakdown(runs[name], device,  # noqa: B023
                                                                      max(1, args.repeats // 4)))
@@ -211,18 +242,22 @@ def bench_shape(shape, candidates, device, args, budget: Budget) -> dict:
 
 
 def cell(value) -> str:
-    """A time in ms (alone or as (ms, gap)), or the failure text in its place."""
-    value = value[0] if isinstance(value, tuple) else value
+    """A time in ms, "eager / graph" ms of a ``timing``, or the failure text in its place."""
+    if isinstance(value, dict):
+        return f"{cell(value['eager'])} / {cell(value['graph'])}"
     return value if isinstance(value, str) else f"{value:.3f}"
 
 
-def tflops(shape, ms) -> str:
+def tflops(shape, value) -> str:
     n, items, d = shape
-    return f"{10 * n * items * d / (ms * 1e-3) / 1e12:.1f}" if isinstance(ms, float) else ""
+    ms = pick_ms(value)
+    return "" if ms is None else f"{10 * n * items * d / (ms * 1e-3) / 1e12:.1f}"
 
 
-def speedup(slow, fast) -> str:
-    return f"{slow / fast:.2f}x" if isinstance(slow, float) and isinstance(fast, float) else ""
+def speedup(slow, fast, eager: bool = False) -> str:
+    """The ratio of two timings' ranking times (``pick_ms``), or (``eager``) of their eager times."""
+    slow, fast = ((t["eager"] if isinstance(t, dict) else None) if eager else pick_ms(t) for t in (slow, fast))
+    return "" if slow is None or fast is None else f"{slow / fast:.2f}x"
 
 
 def shape_name(shape) -> str:
@@ -237,11 +272,12 @@ def suggestion(results: list[dict]) -> dict:
         ratios = {}
         for result in results:
             timings = result["kernels"][kernel]
-            fixed = timings.get(FIXED_CONFIG)
-            if not isinstance(fixed, tuple):
+            fixed = pick_ms(timings.get(FIXED_CONFIG))
+            if fixed is None:
                 continue
             for config, value in timings.items():
-                ratios.setdefault(config, []).append(value[0] / fixed[0] if isinstance(value, tuple) else None)
+                ms = pick_ms(value)
+                ratios.setdefault(config, []).append(None if ms is None else ms / fixed)
         complete = {c: r for c, r in ratios.items() if r and None not in r and len(r) == len(ratios[FIXED_CONFIG])}
         chosen[kernel] = min(complete, key=lambda c: statistics.geometric_mean(complete[c])) if complete \
             else FIXED_CONFIG
@@ -249,34 +285,37 @@ def suggestion(results: list[dict]) -> dict:
 
 
 def report(header: list[str], results: list[dict], skipped: list, candidates: list) -> str:
-    lines = [*header, "", "## End to end (forward+backward, median ms)", ""]
+    lines = [*header, "", "## End to end (forward+backward, median ms: eager / replayed as a CUDA graph)", ""]
     rows = []
     for r in results:
         e = r["end_to_end"]
         picked = " / ".join(r["best"][k].name for k in FUSED_KERNELS)
         rows.append([shape_name(r["shape"]), *(cell(e[name]) for name in (
             "chunked", "fused (FUSED_CONFIGS)", "fused (fixed)", "fused (best)")),
-            speedup(e["fused (fixed)"], e["fused (best)"]), speedup(e["chunked"], e["fused (best)"]),
+            speedup(e["fused (fixed)"], e["fused (best)"]), speedup(e["chunked"], e["fused (best)"], eager=True),
             tflops(r["shape"], e["fused (best)"]), picked])
     rows += [[shape_name(s), *["skipped (time budget)"] * 7, ""] for s in skipped]
     lines.append(pipe_table(["rows x items x d", "chunked", "fused, FUSED_CONFIGS", "fused, fixed", "fused, best",
                              "best vs fixed", "best vs chunked", "fused, best: TFLOP/s", "best config (forward / "
                              "backward_hidden / backward_table)"], rows, "lrrrrrrrl"))
-    lines += ["", "TFLOP/s: the fused path's products, 10 N I d floating-point operations (the forward's logits, "
-              "each backward's logits and gradient product), over its forward+backward time."]
+    lines += ["", "Best vs fixed and TFLOP/s take the graph replay's time where it ran (the GPU's own), else the "
+              "eager one; best vs chunked the eager times; TFLOP/s: the fused path's products, 10 N I d "
+              "floating-point operations (the forward's logits, each backward's logits and gradient product), over "
+              "its forward+backward time."]
     chosen = suggestion(results)
     lines += ["", "Fastest candidate per kernel over the shapes above (geometric mean of its time over the fixed "
               "config's), as losses.py's table:", "", "```python",
               "FUSED_CONFIGS = {" + ", ".join(f'"{k}": LaunchConfig({", ".join(map(str, chosen[k]))})'
                                              for k in FUSED_KERNELS) + "}", "```"]
     for r in results:
-        lines += ["", f"## {shape_name(r['shape'])}: each kernel alone (median ms; * fastest)", ""]
+        lines += ["", f"## {shape_name(r['shape'])}: each kernel alone (median ms, eager / graph replay; "
+                  "* fastest by the graph time, else the eager)", ""]
         rows = []
         for config in candidates:
             row = [config.name + (" (fixed)" if config == FIXED_CONFIG else "")]
             for kernel in FUSED_KERNELS:
                 value = r["kernels"][kernel].get(config, "")
-                row.append(cell(value) + (" *" if config == r["best"][kernel] and isinstance(value, tuple) else ""))
+                row.append(cell(value) + (" *" if config == r["best"][kernel] and isinstance(value, dict) else ""))
             rows.append(row)
         lines.append(pipe_table(["config", *FUSED_KERNELS], rows, "lrrr"))
         for name, kernels in r["breakdown"].items():
@@ -332,12 +371,14 @@ def main() -> None:
         r = results[-1]
         for kernel in FUSED_KERNELS:
             fixed, best = r["kernels"][kernel].get(FIXED_CONFIG), r["kernels"][kernel].get(r["best"][kernel])
-            print(f"  {kernel}: picked {r['best'][kernel].name} {cell(best)} ms, fixed {cell(fixed)} ms", flush=True)
+            print(f"  {kernel}: picked {r['best'][kernel].name} ({cell(best)}), fixed ({cell(fixed)}); ms eager / "
+                  "graph", flush=True)
         e = r["end_to_end"]
         fixed, best = e["fused (fixed)"], e["fused (best)"]
-        verdict = ("beats" if best < fixed else "does not beat") if speedup(fixed, best) else "cannot be compared to"
-        print(f"  forward+backward: chunked {cell(e['chunked'])} ms, fused fixed {cell(fixed)} ms, fused "
-              f"best {cell(best)} ms: best {verdict} the fixed config ({speedup(fixed, best)})", flush=True)
+        verdict = ("beats" if pick_ms(best) < pick_ms(fixed) else "does not beat") if speedup(fixed, best) \
+            else "cannot be compared to"
+        print(f"  forward+backward, ms eager / graph: chunked {cell(e['chunked'])}, fused fixed {cell(fixed)}, "
+              f"fused best {cell(best)}: best {verdict} the fixed config ({speedup(fixed, best)})", flush=True)
         write_atomically(args.out, report(header, results, [], candidates))
     chosen = suggestion(results)
     print("suggested FUSED_CONFIGS: " + ", ".join(f"{k} {chosen[k].name}" for k in FUSED_KERNELS), flush=True)
