@@ -202,10 +202,9 @@ def _launch_settings(hidden: torch.Tensor, compute_dtype: torch.dtype, config: L
     if compute_dtype not in dtypes:
         raise ValueError(f"the fused loss path computes in fp32, bf16 or fp16, not {compute_dtype}")
     ieee = compute_dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32
-    d = hidden.shape[1]
-    block_d = max(16, 1 << (d - 1).bit_length())
+    block_d = max(16, 1 << (hidden.shape[1] - 1).bit_length())
     return {"DOT_DTYPE": dtypes[compute_dtype], "PRECISION": "ieee" if ieee else "tf32", "BLOCK_D": block_d,
-            "EVEN_D": block_d == d, "UPCAST": hidden.device.type != "cuda", "BLOCK_N": config.block_rows,
+            "UPCAST": hidden.device.type != "cuda", "BLOCK_N": config.block_rows,
             "BLOCK_I": config.block_items, "num_warps": config.warps, "num_stages": config.stages}
 
 
