@@ -39,7 +39,7 @@ from prism_rec.files import write_atomically  # noqa: E402
 from prism_rec.markdown import pipe_table  # noqa: E402
 from prism_rec.training.losses import (FIXED_CONFIG, FUSED_CONFIGS, FUSED_KERNELS, LaunchConfig,  # noqa: E402
                                        chunked_logsumexp, full_softmax_loss_sum, fused_logsumexp, launch_backward,
-                                       launch_forward, product_operands)
+                                       launch_forward, product_operands, tile_width)
 
 SHAPES = [(12800, 20000, 64), (51200, 20000, 64), (49152, 20000, 64), (12800, 80000, 64), (12800, 20000, 256)]
 SMOKE_SHAPES = [(70, 300, 24), (130, 257, 64)]  # partial row and item tiles; d off and on a power of two
@@ -264,9 +264,15 @@ def shape_name(shape) -> str:
     return "x".join(map(str, shape))
 
 
+def suggestions(results: list[dict]) -> dict[int, dict]:
+    """Per tile width of the completed shapes, ``suggestion`` over its shapes."""
+    widths = sorted({tile_width(r["shape"][2]) for r in results})
+    return {w: suggestion([r for r in results if tile_width(r["shape"][2]) == w]) for w in widths}
+
+
 def suggestion(results: list[dict]) -> dict:
-    """Per kernel, the candidate measured at every completed shape with the smallest geometric mean of its
-    time over the fixed config's there (FIXED_CONFIG when none is)."""
+    """Per kernel, the candidate measured at every shape of ``results`` with the smallest geometric mean of
+    its time over the fixed config's there (FIXED_CONFIG when none is)."""
     chosen = {}
     for kernel in FUSED_KERNELS:
         ratios = {}
@@ -302,11 +308,11 @@ def report(header: list[str], results: list[dict], skipped: list, candidates: li
               "eager one; best vs chunked the eager times; TFLOP/s: the fused path's products, 10 N I d "
               "floating-point operations (the forward's logits, each backward's logits and gradient product), over "
               "its forward+backward time."]
-    chosen = suggestion(results)
-    lines += ["", "Fastest candidate per kernel over the shapes above (geometric mean of its time over the fixed "
-              "config's), as losses.py's table:", "", "```python",
-              "FUSED_CONFIGS = {" + ", ".join(f'"{k}": LaunchConfig({", ".join(map(str, chosen[k]))})'
-                                             for k in FUSED_KERNELS) + "}", "```"]
+    lines += ["", "Fastest candidate per kernel over the shapes above of each tile width (geometric mean of its "
+              "time over the fixed config's), as entries of losses.py's table:", "", "```python",
+              *(f"FUSED_CONFIGS[{width}] = " + "{" + ", ".join(
+                  f'"{k}": LaunchConfig({", ".join(map(str, chosen[k]))})' for k in FUSED_KERNELS) + "}"
+                for width, chosen in suggestions(results).items()), "```"]
     for r in results:
         lines += ["", f"## {shape_name(r['shape'])}: each kernel alone (median ms, eager / graph replay; "
                   "* fastest by the graph time, else the eager)", ""]
@@ -357,7 +363,9 @@ def main() -> None:
               f"Median of {args.repeats} synchronised repeats after {args.warmup} warm-up calls; candidates: "
               f"{args.candidates} ({len(candidates)}); config names "
               "n<block rows>_i<block items>_w<warps>_s<stages>_p<programs per SM>; "
-              f"FUSED_CONFIGS: {', '.join(f'{k} {c.name}' for k, c in FUSED_CONFIGS.items())}.",
+              "FUSED_CONFIGS: " + "; ".join(f"tile width {w}: " + ", ".join(
+                  f"{k} {c.name}" for k, c in FUSED_CONFIGS[w].items()) for w in sorted({tile_width(s[2])
+                                                                                     for s in shapes})) + ".",
               f"Command: `python3 {' '.join(sys.argv)}`"]
     results = []
     for index, shape in enumerate(shapes):
@@ -380,8 +388,9 @@ def main() -> None:
         print(f"  forward+backward, ms eager / graph: chunked {cell(e['chunked'])}, fused fixed {cell(fixed)}, "
               f"fused best {cell(best)}: best {verdict} the fixed config ({speedup(fixed, best)})", flush=True)
         write_atomically(args.out, report(header, results, [], candidates))
-    chosen = suggestion(results)
-    print("suggested FUSED_CONFIGS: " + ", ".join(f"{k} {chosen[k].name}" for k in FUSED_KERNELS), flush=True)
+    for width, chosen in suggestions(results).items():
+        print(f"suggested FUSED_CONFIGS[{width}]: " + ", ".join(f"{k} {chosen[k].name}" for k in FUSED_KERNELS),
+              flush=True)
     print(f"wrote {args.out}", flush=True)
 
 

@@ -18,10 +18,10 @@ Two paths, chosen by device (``path="auto"``) or explicitly:
   ``torch.backends.cuda.matmul.allow_tf32`` is set). When a row block or item block alone would leave
   the GPU idle, the walk is split in parts whose partial results are combined in PyTorch (also
   deterministic). Any d up to 256 works (tiles are padded to a power of two); any N and I. Each kernel's
-  tile sizes, warps and pipeline stages are ``FUSED_CONFIGS``'; benchmarks/loss_bench.py times the
-  candidates. The choice is a fixed table, not Triton's autotuner: tuning at run time would wait for the
-  GPU at every new number of rows (the step's changes per batch) and could pick another tile order, so
-  other rounding, from one process to the next.
+  tile sizes, warps and pipeline stages are ``FUSED_CONFIGS``' for the tile width; benchmarks/loss_bench.py
+  times the candidates. The choice is a fixed table, not Triton's autotuner: tuning at run time would wait
+  for the GPU at every new number of rows (the step's changes per batch) and could pick another tile
+  order, so other rounding, from one process to the next.
 
 Neither path reads a value back from the GPU (no ``.item()``, ``nonzero`` or boolean-mask indexing; sizes
 come from shapes), so a training step that calls it need not wait for the device (prism_rec/training/step.py).
@@ -67,9 +67,15 @@ class LaunchConfig(NamedTuple):
 # the launch of every fused kernel before benchmarks/loss_bench.py (Triton's default of 3 stages)
 FIXED_CONFIG = LaunchConfig(block_rows=64, block_items=128, warps=4, stages=3, programs_per_sm=2)
 FUSED_KERNELS = ("forward", "backward_hidden", "backward_table")
-# the launch each fused kernel takes unless fused_logsumexp is given others
-FUSED_CONFIGS = dict.fromkeys(FUSED_KERNELS, FIXED_CONFIG)
+TILE_WIDTHS = (16, 32, 64, 128, 256)
+# per tile width (``tile_width(d)``), the launch each fused kernel takes unless fused_logsumexp is given others
+FUSED_CONFIGS = {width: dict.fromkeys(FUSED_KERNELS, FIXED_CONFIG) for width in TILE_WIDTHS}
 _LOG2E = 1.4426950408889634
+
+
+def tile_width(d: int) -> int:
+    """The fused kernels' tile width for rows ``d`` wide: d rounded up to a power of two, at least 16."""
+    return max(16, 1 << (d - 1).bit_length())
 
 
 def fused_available(device: torch.device) -> bool:
@@ -143,7 +149,7 @@ def fused_logsumexp(hidden: torch.Tensor, table: torch.Tensor, splits: int | Non
                     configs: dict[str, LaunchConfig] | None = None) -> torch.Tensor:
     """logsumexp(hidden @ table.T) per row [N] (fp32) through the Triton kernels; ``splits`` fixes the
     number of parts each walk is split into (default: enough programs to fill the GPU); ``configs`` maps
-    some of ``FUSED_KERNELS`` to the launch they take instead of their ``FUSED_CONFIGS`` entry."""
+    some of ``FUSED_KERNELS`` to the launch they take instead of their ``FUSED_CONFIGS`` entry for d."""
     if hidden.shape[1] > MAX_FUSED_D:
         raise ValueError(f"the fused loss path takes d <= {MAX_FUSED_D}, got {hidden.shape[1]}")
     if hidden.device != table.device:
@@ -152,7 +158,7 @@ def fused_logsumexp(hidden: torch.Tensor, table: torch.Tensor, splits: int | Non
     if unknown:
         raise ValueError(f"configs names kernels {sorted(unknown)}, not among {FUSED_KERNELS}")
     return _FusedLogSumExp.apply(hidden, table, product_dtype(hidden, table), splits,
-                                 FUSED_CONFIGS | (configs or {}))
+                                 FUSED_CONFIGS[tile_width(hidden.shape[1])] | (configs or {}))
 
 
 class _FusedLogSumExp(torch.autograd.Function):
@@ -202,8 +208,8 @@ def _launch_settings(hidden: torch.Tensor, compute_dtype: torch.dtype, config: L
     if compute_dtype not in dtypes:
         raise ValueError(f"the fused loss path computes in fp32, bf16 or fp16, not {compute_dtype}")
     ieee = compute_dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32
-    block_d = max(16, 1 << (hidden.shape[1] - 1).bit_length())
-    return {"DOT_DTYPE": dtypes[compute_dtype], "PRECISION": "ieee" if ieee else "tf32", "BLOCK_D": block_d,
+    return {"DOT_DTYPE": dtypes[compute_dtype], "PRECISION": "ieee" if ieee else "tf32",
+            "BLOCK_D": tile_width(hidden.shape[1]),
             "UPCAST": hidden.device.type != "cuda", "BLOCK_N": config.block_rows,
             "BLOCK_I": config.block_items, "num_warps": config.warps, "num_stages": config.stages}
 
@@ -262,5 +268,6 @@ def launch_backward(hidden, table, lse, grad_lse, compute_dtype, splits, config:
     return partial[0] if parts == 1 else partial.sum(0)
 
 
-__all__ = ["PATHS", "LOGIT_CHUNK_ROWS", "FIXED_CONFIG", "FUSED_CONFIGS", "FUSED_KERNELS", "LaunchConfig",
-           "full_softmax_loss_sum", "chunked_logsumexp", "fused_logsumexp", "fused_available", "resolve_path"]
+__all__ = ["PATHS", "LOGIT_CHUNK_ROWS", "FIXED_CONFIG", "FUSED_CONFIGS", "FUSED_KERNELS", "TILE_WIDTHS",
+           "LaunchConfig", "tile_width", "full_softmax_loss_sum", "chunked_logsumexp", "fused_logsumexp",
+           "fused_available", "resolve_path"]

@@ -12,12 +12,14 @@ import sys
 import pytest
 import torch
 
-from prism_rec.training.losses import LaunchConfig, fused_logsumexp
+from prism_rec.training.losses import (FUSED_CONFIGS, FUSED_KERNELS, MAX_FUSED_D, LaunchConfig, fused_logsumexp,
+                                       tile_width)
 
 CHECK = r"""
 import json
 import torch
-from prism_rec.training.losses import LaunchConfig, fused_logsumexp
+from prism_rec.training.losses import (FUSED_CONFIGS, FUSED_KERNELS, MAX_FUSED_D, LaunchConfig, fused_logsumexp,
+                                       tile_width)
 
 def case(n, items, d, seed):
     g = torch.Generator().manual_seed(seed)
@@ -75,3 +77,10 @@ def test_configs_must_name_fused_kernels():
     hidden, table = torch.zeros(4, 8), torch.zeros(10, 8)
     with pytest.raises(ValueError, match=r"configs names kernels \['backward'\], not among"):
         fused_logsumexp(hidden, table, configs={"backward": LaunchConfig(64, 128, 4, 3)})
+
+
+def test_every_fused_width_has_configs():
+    """Every d the fused path takes maps to a tile width at least d wide with a launch for each kernel."""
+    for d in range(1, MAX_FUSED_D + 1):
+        width = tile_width(d)
+        assert width >= max(d, 16) and width < 2 * max(d, 16) and set(FUSED_CONFIGS[width]) == set(FUSED_KERNELS)
