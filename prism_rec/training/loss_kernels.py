@@ -3,6 +3,9 @@
 A module of its own, imported on the first fused call only: Triton reads TRITON_INTERPRET when it is
 imported and when a kernel is defined, so importing it with prism_rec.training.trainer would fix the mode before a
 test (or a CPU user) sets the interpreter.
+
+Each walk handles its full item tiles without an item mask and the partial last tile (when ``I`` is not a
+multiple of ``BLOCK_I``) in one masked step after them, in the same order.
 """
 
 from __future__ import annotations
@@ -30,7 +33,24 @@ def _operand(tile, UPCAST: tl.constexpr):
     return tile
 
 @triton.jit
-def _lse_forward(h_ptr, t_ptr, max_ptr, sum_ptr, N, I, D, item_tiles, per_part,
+def _forward_tile(h, t_ptr, tile, I, D, running_max, running_sum, BLOCK_I: tl.constexpr,
+                  BLOCK_D: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+                  UPCAST: tl.constexpr, MASKED: tl.constexpr):
+    """One item tile of the online logsumexp: the running max and sum [BLOCK_N] of base-2 logits updated
+    (MASKED: items past I count as -inf). The max is taken before the log2 e scaling (which keeps the
+    order), so each logit costs one fused multiply-add before its exp2."""
+    t = _load_rows(t_ptr, tile * BLOCK_I, I, D, BLOCK_I, BLOCK_D, DOT_DTYPE, UPCAST)
+    logits = tl.dot(h, tl.trans(t), input_precision=PRECISION)  # [BLOCK_N, BLOCK_I], natural base
+    if MASKED:
+        items = tile * BLOCK_I + tl.arange(0, BLOCK_I)
+        logits = tl.where(items[None, :] < I, logits, float("-inf"))
+    new_max = tl.maximum(running_max, tl.max(logits, 1) * 1.4426950408889634)
+    scaled = logits * 1.4426950408889634 - new_max[:, None]
+    running_sum = running_sum * tl.exp2(running_max - new_max) + tl.sum(tl.exp2(scaled), 1)
+    return new_max, running_sum
+
+@triton.jit
+def _lse_forward(h_ptr, t_ptr, max_ptr, sum_ptr, N, I, D, item_tiles, full_tiles, per_part,
                  BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
                  DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     """Per row of a row block, over the item tiles of one part: running max m and sum s of
@@ -41,48 +61,62 @@ def _lse_forward(h_ptr, t_ptr, max_ptr, sum_ptr, N, I, D, item_tiles, per_part,
     running_max = tl.full([BLOCK_N], float("-inf"), tl.float32)
     running_sum = tl.zeros([BLOCK_N], tl.float32)
     first = part * per_part
-    for tile in range(first, tl.minimum(first + per_part, item_tiles)):
-        t = _load_rows(t_ptr, tile * BLOCK_I, I, D, BLOCK_I, BLOCK_D, DOT_DTYPE, UPCAST)
-        logits = tl.dot(h, tl.trans(t), input_precision=PRECISION) * 1.4426950408889634
-        items = tile * BLOCK_I + tl.arange(0, BLOCK_I)
-        logits = tl.where(items[None, :] < I, logits, float("-inf"))
-        new_max = tl.maximum(running_max, tl.max(logits, 1))
-        running_sum = running_sum * tl.exp2(running_max - new_max) + tl.sum(tl.exp2(logits - new_max[:, None]), 1)
-        running_max = new_max
+    last = tl.minimum(first + per_part, item_tiles)
+    for tile in range(first, tl.minimum(last, full_tiles)):
+        running_max, running_sum = _forward_tile(h, t_ptr, tile, I, D, running_max, running_sum, BLOCK_I, BLOCK_D,
+                                                 DOT_DTYPE, PRECISION, UPCAST, False)
+    if last > full_tiles:  # this part ends with the partial last tile
+        running_max, running_sum = _forward_tile(h, t_ptr, full_tiles, I, D, running_max, running_sum, BLOCK_I,
+                                                 BLOCK_D, DOT_DTYPE, PRECISION, UPCAST, True)
     rows = row_start + tl.arange(0, BLOCK_N)
     tl.store(max_ptr + part * N + rows, running_max, mask=rows < N)
     tl.store(sum_ptr + part * N + rows, running_sum, mask=rows < N)
 
 @triton.jit
-def _lse_backward_hidden(h_ptr, t_ptr, lse2_ptr, g_ptr, out_ptr, N, I, D, item_tiles, per_part,
+def _hidden_tile(h, t_ptr, tile, I, D, lse2, accumulator, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
+                 DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                 MASKED: tl.constexpr):
+    """One item tile of d(hidden) / g: accumulator [BLOCK_N, BLOCK_D] + softmax @ table tile (MASKED:
+    items past I give 0)."""
+    t = _load_rows(t_ptr, tile * BLOCK_I, I, D, BLOCK_I, BLOCK_D, DOT_DTYPE, UPCAST)
+    logits = tl.dot(h, tl.trans(t), input_precision=PRECISION)
+    p = tl.exp2(logits * 1.4426950408889634 - lse2[:, None])
+    if MASKED:
+        items = tile * BLOCK_I + tl.arange(0, BLOCK_I)
+        p = tl.where(items[None, :] < I, p, 0.0)
+    return tl.dot(_operand(p.to(DOT_DTYPE), UPCAST), t, accumulator, input_precision=PRECISION)
+
+@triton.jit
+def _lse_backward_hidden(h_ptr, t_ptr, lse2_ptr, g_ptr, out_ptr, N, I, D, item_tiles, full_tiles, per_part,
                          BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
                          DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """d(hidden) of a row block over the item tiles of one part: sum of g * softmax @ table (fp32),
-    written to out_ptr [parts, N, D]."""
+    """d(hidden) of a row block over the item tiles of one part: g * (softmax @ table) (fp32; the row's
+    weight g applied once, after the walk), written to out_ptr [parts, N, D]."""
     row_start = tl.program_id(0) * BLOCK_N
     part = tl.program_id(1)
     rows = row_start + tl.arange(0, BLOCK_N)
     h = _load_rows(h_ptr, row_start, N, D, BLOCK_N, BLOCK_D, DOT_DTYPE, UPCAST)
     lse2 = tl.load(lse2_ptr + rows, mask=rows < N, other=0.0)
     g = tl.load(g_ptr + rows, mask=rows < N, other=0.0)
-    accumulator = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    accumulator = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)  # softmax @ table, before g
     first = part * per_part
-    for tile in range(first, tl.minimum(first + per_part, item_tiles)):
-        t = _load_rows(t_ptr, tile * BLOCK_I, I, D, BLOCK_I, BLOCK_D, DOT_DTYPE, UPCAST)
-        logits = tl.dot(h, tl.trans(t), input_precision=PRECISION) * 1.4426950408889634
-        items = tile * BLOCK_I + tl.arange(0, BLOCK_I)
-        p = tl.where(items[None, :] < I, tl.exp2(logits - lse2[:, None]) * g[:, None], 0.0)
-        accumulator = tl.dot(_operand(p.to(DOT_DTYPE), UPCAST), t, accumulator, input_precision=PRECISION)
+    last = tl.minimum(first + per_part, item_tiles)
+    for tile in range(first, tl.minimum(last, full_tiles)):
+        accumulator = _hidden_tile(h, t_ptr, tile, I, D, lse2, accumulator, BLOCK_I, BLOCK_D, DOT_DTYPE,
+                                   PRECISION, UPCAST, False)
+    if last > full_tiles:  # this part ends with the partial last tile
+        accumulator = _hidden_tile(h, t_ptr, full_tiles, I, D, lse2, accumulator, BLOCK_I, BLOCK_D, DOT_DTYPE,
+                                   PRECISION, UPCAST, True)
     cols = tl.arange(0, BLOCK_D)
     offsets = part * N * D + rows[:, None] * D + cols[None, :]
-    tl.store(out_ptr + offsets, accumulator, mask=(rows[:, None] < N) & (cols[None, :] < D))
+    tl.store(out_ptr + offsets, accumulator * g[:, None], mask=(rows[:, None] < N) & (cols[None, :] < D))
 
 @triton.jit
 def _lse_backward_table(h_ptr, t_ptr, lse2_ptr, g_ptr, out_ptr, N, I, D, row_tiles, per_part,
                         BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
                         DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     """d(table) of an item block over the row tiles of one part: sum of (g * softmax)^T @ hidden
-    (fp32), written to out_ptr [parts, I, D]."""
+    (fp32), written to out_ptr [parts, I, D]. Rows past N need no mask: their g is 0."""
     item_start = tl.program_id(0) * BLOCK_I
     part = tl.program_id(1)
     items = item_start + tl.arange(0, BLOCK_I)

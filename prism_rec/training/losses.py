@@ -17,7 +17,11 @@ Two paths, chosen by device (``path="auto"``) or explicitly:
   does in the chunked path; otherwise they take the inputs' dtype (fp32 products are full fp32 unless
   ``torch.backends.cuda.matmul.allow_tf32`` is set). When a row block or item block alone would leave
   the GPU idle, the walk is split in parts whose partial results are combined in PyTorch (also
-  deterministic). Any d up to 256 works (tiles are padded to a power of two); any N and I.
+  deterministic). Any d up to 256 works (tiles are padded to a power of two); any N and I. Each kernel's
+  tile sizes, warps and pipeline stages are ``FUSED_CONFIGS``' for the tile width; benchmarks/loss_bench.py
+  times the candidates. The choice is a fixed table, not Triton's autotuner: tuning at run time would wait
+  for the GPU at every new number of rows (the step's changes per batch) and could pick another tile
+  order, so other rounding, from one process to the next.
 
 Neither path reads a value back from the GPU (no ``.item()``, ``nonzero`` or boolean-mask indexing; sizes
 come from shapes), so a training step that calls it need not wait for the device (prism_rec/training/step.py).
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from typing import NamedTuple
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -42,11 +47,35 @@ from torch.utils.checkpoint import checkpoint
 PATHS = ("auto", "fused", "chunked")
 LOGIT_CHUNK_ROWS = 4096
 MAX_FUSED_D = 256
-# tile sizes of the fused kernels: rows x items per tile (d is one tile)
-BLOCK_ROWS, BLOCK_ITEMS = 64, 128
-# the fused walk is split until about this many programs per streaming multiprocessor are launched
-PROGRAMS_PER_SM = 2
+
+
+class LaunchConfig(NamedTuple):
+    """How one fused kernel is launched: a tile of ``block_rows`` x ``block_items`` (d is one tile), with
+    ``warps`` warps and ``stages`` software-pipeline stages (both ignored by Triton's interpreter), its walk
+    split in parts until about ``programs_per_sm`` programs per streaming multiprocessor are launched."""
+    block_rows: int
+    block_items: int
+    warps: int
+    stages: int
+    programs_per_sm: int = 2
+
+    @property
+    def name(self) -> str:
+        return f"n{self.block_rows}_i{self.block_items}_w{self.warps}_s{self.stages}_p{self.programs_per_sm}"
+
+
+# the launch of every fused kernel before benchmarks/loss_bench.py (Triton's default of 3 stages)
+FIXED_CONFIG = LaunchConfig(block_rows=64, block_items=128, warps=4, stages=3, programs_per_sm=2)
+FUSED_KERNELS = ("forward", "backward_hidden", "backward_table")
+TILE_WIDTHS = (16, 32, 64, 128, 256)
+# per tile width (``tile_width(d)``), the launch each fused kernel takes unless fused_logsumexp is given others
+FUSED_CONFIGS = {width: dict.fromkeys(FUSED_KERNELS, FIXED_CONFIG) for width in TILE_WIDTHS}
 _LOG2E = 1.4426950408889634
+
+
+def tile_width(d: int) -> int:
+    """The fused kernels' tile width for rows ``d`` wide: d rounded up to a power of two, at least 16."""
+    return max(16, 1 << (d - 1).bit_length())
 
 
 def fused_available(device: torch.device) -> bool:
@@ -107,7 +136,7 @@ def chunked_logsumexp(hidden: torch.Tensor, table: torch.Tensor) -> torch.Tensor
     return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
 
 
-def _compute_dtype(hidden: torch.Tensor, table: torch.Tensor) -> torch.dtype:
+def product_dtype(hidden: torch.Tensor, table: torch.Tensor) -> torch.dtype:
     """The dtype of the tile products: the autocast dtype when autocast is on for the device (what
     ``hidden @ table.T`` would use), else the promoted input dtype."""
     device_type = hidden.device.type
@@ -116,23 +145,29 @@ def _compute_dtype(hidden: torch.Tensor, table: torch.Tensor) -> torch.dtype:
     return torch.promote_types(hidden.dtype, table.dtype)
 
 
-def fused_logsumexp(hidden: torch.Tensor, table: torch.Tensor, splits: int | None = None) -> torch.Tensor:
+def fused_logsumexp(hidden: torch.Tensor, table: torch.Tensor, splits: int | None = None,
+                    configs: dict[str, LaunchConfig] | None = None) -> torch.Tensor:
     """logsumexp(hidden @ table.T) per row [N] (fp32) through the Triton kernels; ``splits`` fixes the
-    number of parts each walk is split into (default: enough programs to fill the GPU)."""
+    number of parts each walk is split into (default: enough programs to fill the GPU); ``configs`` maps
+    some of ``FUSED_KERNELS`` to the launch they take instead of their ``FUSED_CONFIGS`` entry for d."""
     if hidden.shape[1] > MAX_FUSED_D:
         raise ValueError(f"the fused loss path takes d <= {MAX_FUSED_D}, got {hidden.shape[1]}")
     if hidden.device != table.device:
         raise ValueError(f"hidden is on {hidden.device} but table is on {table.device}")
-    return _FusedLogSumExp.apply(hidden, table, _compute_dtype(hidden, table), splits)
+    unknown = set(configs or ()) - set(FUSED_KERNELS)
+    if unknown:
+        raise ValueError(f"configs names kernels {sorted(unknown)}, not among {FUSED_KERNELS}")
+    return _FusedLogSumExp.apply(hidden, table, product_dtype(hidden, table), splits,
+                                 FUSED_CONFIGS[tile_width(hidden.shape[1])] | (configs or {}))
 
 
 class _FusedLogSumExp(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, table, compute_dtype, splits):
-        hidden_c, table_c = _operands(hidden, table, compute_dtype)
-        lse = _launch_forward(hidden_c, table_c, compute_dtype, splits)
+    def forward(ctx, hidden, table, compute_dtype, splits, configs):
+        hidden_c, table_c = product_operands(hidden, table, compute_dtype)
+        lse = launch_forward(hidden_c, table_c, compute_dtype, splits, configs["forward"])
         ctx.save_for_backward(hidden_c, table_c, lse)
-        ctx.compute_dtype, ctx.splits = compute_dtype, splits
+        ctx.compute_dtype, ctx.splits, ctx.configs = compute_dtype, splits, configs
         ctx.hidden_dtype, ctx.table_dtype = hidden.dtype, table.dtype
         return lse
 
@@ -142,40 +177,44 @@ class _FusedLogSumExp(torch.autograd.Function):
         grad_lse = grad_lse.float().contiguous()
         d_hidden = d_table = None
         if ctx.needs_input_grad[0]:
-            d_hidden = _launch_backward(hidden, table, lse, grad_lse, ctx.compute_dtype, ctx.splits, of_table=False)
+            d_hidden = launch_backward(hidden, table, lse, grad_lse, ctx.compute_dtype, ctx.splits,
+                                       ctx.configs["backward_hidden"], of_table=False)
             d_hidden = d_hidden.to(ctx.hidden_dtype)
         if ctx.needs_input_grad[1]:
-            d_table = _launch_backward(hidden, table, lse, grad_lse, ctx.compute_dtype, ctx.splits, of_table=True)
+            d_table = launch_backward(hidden, table, lse, grad_lse, ctx.compute_dtype, ctx.splits,
+                                      ctx.configs["backward_table"], of_table=True)
             d_table = d_table.to(ctx.table_dtype)
-        return d_hidden, d_table, None, None
+        return d_hidden, d_table, None, None, None
 
 
-def _split_count(blocks: int, tiles: int, device: torch.device, splits: int | None) -> tuple[int, int]:
+def _split_count(blocks: int, tiles: int, device: torch.device, splits: int | None,
+                 programs_per_sm: int) -> tuple[int, int]:
     """(number of parts, tiles per part) of a walk over ``tiles`` tiles done by ``blocks`` programs each."""
     if splits is None:
         if device.type != "cuda":
             splits = 1
         else:
-            target = PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
+            target = programs_per_sm * torch.cuda.get_device_properties(device).multi_processor_count
             splits = max(1, min(-(-target // max(blocks, 1)), tiles // 4))
     splits = max(1, min(splits, tiles))
     per_split = -(-tiles // splits)
     return -(-tiles // per_split), per_split
 
 
-def _launch_settings(hidden: torch.Tensor, compute_dtype: torch.dtype) -> dict:
+def _launch_settings(hidden: torch.Tensor, compute_dtype: torch.dtype, config: LaunchConfig) -> dict:
     import triton.language as tl  # imported at the first fused call (see loss_kernels.py)
 
     dtypes = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
     if compute_dtype not in dtypes:
         raise ValueError(f"the fused loss path computes in fp32, bf16 or fp16, not {compute_dtype}")
     ieee = compute_dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32
-    block_d = max(16, 1 << (hidden.shape[1] - 1).bit_length())
-    return {"DOT_DTYPE": dtypes[compute_dtype], "PRECISION": "ieee" if ieee else "tf32", "BLOCK_D": block_d,
-            "UPCAST": hidden.device.type != "cuda", "num_warps": 4}
+    return {"DOT_DTYPE": dtypes[compute_dtype], "PRECISION": "ieee" if ieee else "tf32",
+            "BLOCK_D": tile_width(hidden.shape[1]),
+            "UPCAST": hidden.device.type != "cuda", "BLOCK_N": config.block_rows,
+            "BLOCK_I": config.block_items, "num_warps": config.warps, "num_stages": config.stages}
 
 
-def _operands(hidden, table, compute_dtype):
+def product_operands(hidden, table, compute_dtype):
     """The inputs, contiguous, rounded once to the product dtype where it is narrower (under autocast:
     fp32 -> bf16): the kernels then read half the bytes per tile, and Triton's interpreter, whose
     fp32 -> bf16 cast truncates, sees the values rounded to nearest as on CUDA."""
@@ -183,46 +222,52 @@ def _operands(hidden, table, compute_dtype):
                  for x in (hidden, table))
 
 
-def _launch_forward(hidden, table, compute_dtype, splits):
+def launch_forward(hidden, table, compute_dtype, splits, config: LaunchConfig):
+    """logsumexp per row [N] (fp32) of the operands (contiguous, in the product dtype) by the forward
+    kernel launched as ``config``."""
     n, d = hidden.shape
     items = table.shape[0]
     if n == 0:
         return hidden.new_zeros(0, dtype=torch.float32)
-    row_blocks, item_tiles = -(-n // BLOCK_ROWS), -(-items // BLOCK_ITEMS)
-    parts, per_part = _split_count(row_blocks, item_tiles, hidden.device, splits)
+    row_blocks, item_tiles = -(-n // config.block_rows), -(-items // config.block_items)
+    parts, per_part = _split_count(row_blocks, item_tiles, hidden.device, splits, config.programs_per_sm)
     maxima = torch.empty(parts, n, dtype=torch.float32, device=hidden.device)
     sums = torch.empty_like(maxima)
     from .loss_kernels import _lse_forward
 
     _lse_forward[(row_blocks, parts)](
-        hidden, table, maxima, sums, n, items, d, item_tiles, per_part,
-        BLOCK_N=BLOCK_ROWS, BLOCK_I=BLOCK_ITEMS, **_launch_settings(hidden, compute_dtype))
+        hidden, table, maxima, sums, n, items, d, item_tiles, items // config.block_items, per_part,
+        **_launch_settings(hidden, compute_dtype, config))
     if parts == 1:
         return (maxima[0] + torch.log2(sums[0])) / _LOG2E
     top = maxima.max(0).values
     return (top + torch.log2((sums * torch.exp2(maxima - top)).sum(0))) / _LOG2E
 
 
-def _launch_backward(hidden, table, lse, grad_lse, compute_dtype, splits, of_table: bool):
+def launch_backward(hidden, table, lse, grad_lse, compute_dtype, splits, config: LaunchConfig, of_table: bool):
     """d(hidden) [N, d] (one program per row block walking the item tiles) or, ``of_table``, d(table)
-    [I, d] (one program per item block walking the row tiles); fp32."""
+    [I, d] (one program per item block walking the row tiles); fp32; the kernel launched as ``config``."""
     n, d = hidden.shape
     items = table.shape[0]
     rows_out = items if of_table else n
     if n == 0:
         return torch.zeros(rows_out, d, dtype=torch.float32, device=hidden.device)
-    blocks = -(-rows_out // (BLOCK_ITEMS if of_table else BLOCK_ROWS))
-    tiles = -(-n // BLOCK_ROWS) if of_table else -(-items // BLOCK_ITEMS)
-    parts, per_part = _split_count(blocks, tiles, hidden.device, splits)
+    blocks = -(-rows_out // (config.block_items if of_table else config.block_rows))
+    tiles = -(-n // config.block_rows) if of_table else -(-items // config.block_items)
+    parts, per_part = _split_count(blocks, tiles, hidden.device, splits, config.programs_per_sm)
     partial = torch.empty(parts, rows_out, d, dtype=torch.float32, device=hidden.device)
     from .loss_kernels import _lse_backward_hidden, _lse_backward_table
 
-    kernel = _lse_backward_table if of_table else _lse_backward_hidden
-    kernel[(blocks, parts)](
-        hidden, table, lse * _LOG2E, grad_lse, partial, n, items, d, tiles, per_part,
-        BLOCK_N=BLOCK_ROWS, BLOCK_I=BLOCK_ITEMS, **_launch_settings(hidden, compute_dtype))
+    settings = _launch_settings(hidden, compute_dtype, config)
+    if of_table:
+        _lse_backward_table[(blocks, parts)](hidden, table, lse * _LOG2E, grad_lse, partial, n, items, d, tiles,
+                                             per_part, **settings)
+    else:
+        _lse_backward_hidden[(blocks, parts)](hidden, table, lse * _LOG2E, grad_lse, partial, n, items, d, tiles,
+                                              items // config.block_items, per_part, **settings)
     return partial[0] if parts == 1 else partial.sum(0)
 
 
-__all__ = ["PATHS", "LOGIT_CHUNK_ROWS", "full_softmax_loss_sum", "chunked_logsumexp", "fused_logsumexp",
+__all__ = ["PATHS", "LOGIT_CHUNK_ROWS", "FIXED_CONFIG", "FUSED_CONFIGS", "FUSED_KERNELS", "TILE_WIDTHS",
+           "LaunchConfig", "tile_width", "full_softmax_loss_sum", "chunked_logsumexp", "fused_logsumexp",
            "fused_available", "resolve_path"]
