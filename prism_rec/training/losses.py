@@ -70,6 +70,11 @@ FUSED_KERNELS = ("forward", "backward_hidden", "backward_table")
 TILE_WIDTHS = (16, 32, 64, 128, 256)
 # per tile width (``tile_width(d)``), the launch each fused kernel takes unless fused_logsumexp is given others
 FUSED_CONFIGS = {width: dict.fromkeys(FUSED_KERNELS, FIXED_CONFIG) for width in TILE_WIDTHS}
+# the fastest candidates per kernel on the H200 at d 64 and d 256 (results/loss.md, its suggested entries)
+FUSED_CONFIGS[64] = {"forward": LaunchConfig(64, 128, 4, 3, 4), "backward_hidden": LaunchConfig(64, 64, 4, 4, 4),
+                     "backward_table": LaunchConfig(128, 64, 4, 3, 4)}
+FUSED_CONFIGS[256] = {"forward": LaunchConfig(128, 64, 8, 3, 4), "backward_hidden": LaunchConfig(128, 64, 8, 3, 4),
+                      "backward_table": LaunchConfig(64, 128, 8, 3, 4)}
 _LOG2E = 1.4426950408889634
 
 
