@@ -1,4 +1,5 @@
 """``prism-rec bench``: train every (model, seed) on one dataset, log to MLflow, write the AUC table.
+A recommender that does not train (``registry.trains``: pop) is deterministic and runs once, with the first seed.
 
 One MLflow experiment per dataset, one parent run per invocation, one child run ``<model>-s<seed>``
 per training with every setting as a param as it ran (:func:`run_settings`: the resolved device, precision
@@ -52,7 +53,7 @@ from ..paths import RESULTS_DIR
 from ..tracking.plots import auc_bar_chart, learning_curve, learning_curves
 from ..tracking.records import (CASE_RANKS_ARTIFACT, case_ranks_entry, child_run, dataset_stats_tag, final_metrics,
                                 run_hash)
-from ..registry import backbone_entry, build_backbone, get_dataset
+from ..registry import backbone_entry, build_backbone, get_dataset, trains
 from ..tracking.tables import LOCAL_RESULTS_DIR, markdown_table, spread_note, summarise, \
     with_test_user_intervals, write_tables
 from ..tracking.store import end_runs_of_dead_processes, experiment_id, process_tags, provenance_tags
@@ -199,7 +200,7 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
     dataset = load_dataset(dataset_name, **data_options)
     if world.is_main:
         world.barrier()
-    keys = [(model, seed) for model in models for seed in seeds]
+    keys = [(model, seed) for model in models for seed in (seeds if trains(model) else seeds[:1])]
 
     def run_hash_for(model: str, seed: int) -> str:
         return run_hash(dataset_name, dataset.options, model, replace(config, seed=seed))
@@ -355,16 +356,17 @@ def _train_child(world: distributed.World, dataset, model: str, run_config: Trai
     result = fit(dataset, model, run_config,
                  on_epoch=lambda epoch, metrics: mlflow.log_metrics(metrics, step=epoch + 1),
                  checkpoint_path=path, resume=planned.action == RESUME, world=world)
-    _log_result(result, f"{dataset.name} {model} seed {run_config.seed}")
+    _log_result(result, model, f"{dataset.name} {model} seed {run_config.seed}")
     return result
 
 
-def _log_result(result: FitResult, title: str) -> None:
+def _log_result(result: FitResult, model: str, title: str) -> None:
     import mlflow
 
     mlflow.log_metrics(final_metrics(result))
     mlflow.log_dict(case_ranks_entry(result), CASE_RANKS_ARTIFACT)
-    mlflow.log_figure(learning_curve(result.history, title, result.best_epoch), "learning_curve.png")
+    if trains(model):  # the one validation row of a run that does not train is no curve
+        mlflow.log_figure(learning_curve(result.history, title, result.best_epoch), "learning_curve.png")
     print(f"    test AUC {result.test['auc']:.4f}  Hit@10 {result.test['hit_10']:.4f}  "
           f"best epoch {result.best_epoch}/{result.epochs_run}  "
           f"{result.train_tokens_per_s:,.0f} tokens/s  {result.wall_seconds:.1f} s")

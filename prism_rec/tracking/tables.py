@@ -17,9 +17,10 @@ from ..markdown import pipe_table
 from .case_ranks import decode
 from ..training.metrics import METRIC_NAMES
 from .records import CASE_RANKS_ARTIFACT
-from .plots import auc_bar_chart
+from .plots import auc_bar_chart, runs_label
 from .bootstrap import bootstrap_mean_ci
 from ..paths import RESULTS_DIR
+from ..registry import trains
 from .store import experiment_id
 
 LOCAL_RESULTS_DIR = RESULTS_DIR / "local"  # a user's benches (git-ignored)
@@ -117,15 +118,19 @@ def markdown_table(summary: pd.DataFrame) -> str:
         if intervals:
             cells[2:2] = ["—" if np.isnan(row["auc_ci_low"]) else
                           f"[{row['auc_ci_low']:.4f}, {row['auc_ci_high']:.4f}] ({int(row['n_users']):,} users)"]
-        cells += [f"{row['n_parameters']:,}", str(row["n_seeds"])]
+        seeds = str(row["n_seeds"]) if trains(row["model"]) else runs_label(row["model"], row["n_seeds"])
+        cells += [f"{row['n_parameters']:,}", seeds]
         rows.append(cells)
     return pipe_table(header, rows, align="l" * len(header))
 
 
 def spread_note(summary: pd.DataFrame) -> str:
     """What the ± and the interval of a table mean, with one seed per model said as such."""
-    seeds = ("One seed per model: no std over seeds (pass --seeds N for one)." if (summary["n_seeds"] == 1).all()
+    trained = summary[[trains(model) for model in summary["model"]]]
+    seeds = ("One seed per model: no std over seeds (pass --seeds N for one)." if (trained["n_seeds"] == 1).all()
              else "Mean ± sample std over seeds (a model with one seed has no ±).")
+    if len(trained) < len(summary):
+        seeds += " A model that does not train (pop) is deterministic: one run."
     return (f"{seeds} The 95% CI is a bootstrap over test users of the seed-averaged per-user AUC; each test "
             "case ranks its target against all items (ties count 1/2 in AUC, against the target in Hit/NDCG). "
             "Best mean per column in bold.")

@@ -101,6 +101,29 @@ def test_one_seed_is_said_as_such_and_logged_as_a_count(store, tiny, run_cli):
     assert "One seed per model: no std over seeds" in table and " ± " not in table
 
 
+def test_pop_beside_a_trained_backbone_runs_once_and_is_labelled_deterministic(store, tiny, run_cli):
+    result = run_cli("bench", "--models", "sasrec,pop", "--seeds", "2", "--epochs", "1",
+                     "--results-dir", str(store / "r"), *tiny, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "[3/3] pop seed 0" in result.stdout and "pop seed 1" not in result.stdout  # deterministic: one run
+    runs = mlflow.search_runs(experiment_names=["ml-100k"])
+    children = runs[runs["tags.prism_rec_role"] == "child"]
+    assert sorted(children["tags.mlflow.runName"]) == ["pop-s0", "sasrec-s0", "sasrec-s1"]
+    assert set(runs["status"]) == {"FINISHED"}
+    table = (store / "r" / "ml-100k" / "auc.md").read_text()
+    pop_row = next(line for line in table.splitlines() if line.startswith("| pop |"))
+    sasrec_row = next(line for line in table.splitlines() if line.startswith("| sasrec |"))
+    assert pop_row.rstrip(" |").endswith("| deterministic, 1 run") and " ± " not in pop_row
+    assert sasrec_row.rstrip(" |").endswith("| 2") and " ± " in sasrec_row
+    assert "A model that does not train (pop) is deterministic: one run." in table
+    pop_id = children.loc[children["tags.model"] == "pop", "run_id"].iloc[0]
+    assert {a.path for a in mlflow.MlflowClient().list_artifacts(pop_id)} == {"config.json", "case_ranks.json"}
+    parent = runs[runs["tags.prism_rec_role"] == "parent"].iloc[0]
+    assert parent["metrics.n_seeds/pop"] == 1 and parent["metrics.n_seeds/sasrec"] == 2
+    comparison = mlflow.artifacts.load_text(f"runs:/{parent['run_id']}/auc.md")
+    assert "| deterministic, 1 run |" in comparison
+
+
 def test_crashing_training_marks_run_failed_and_the_others_still_run(store, tiny, monkeypatch, capsys):
     from prism_rec.experiments import bench as bench_command
 

@@ -84,7 +84,7 @@ class HeadlineJob:
     @property
     def tunes(self) -> bool:
         """Whether this is a seed-0 run of a base backbone's rate grid (the runs that come first)."""
-        return (self.model not in tuning.UNTRAINED and self.config.seed == tuning.TUNING_SEED
+        return (registry.trains(self.model) and self.config.seed == tuning.TUNING_SEED
                 and tuning.tuning_base(self.model) == self.model)
 
 
@@ -250,8 +250,8 @@ class GridPlan:
         self.jobs: dict[tuple[str, str, int, float], HeadlineJob] = {}
         for name, dataset in datasets.items():
             for model in models:
-                rates = (UNTRAINED_RATE,) if model in tuning.UNTRAINED else grid
-                for seed in (seeds[:1] if model in tuning.UNTRAINED else seeds):
+                rates = (UNTRAINED_RATE,) if not registry.trains(model) else grid
+                for seed in (seeds[:1] if not registry.trains(model) else seeds):
                     for lr in rates:
                         eager = {"compile": "off"} if model in eager_models else {}
                         config = training_config(name, model, seed, device, overrides | eager, lr)
@@ -270,7 +270,7 @@ class GridPlan:
         ready = []
         for (dataset, model, seed, lr), job in self.jobs.items():
             rate = tuning.rate_for(dataset, model, choices) or tuning.rate_for(dataset, model, guesses)
-            wanted = model in tuning.UNTRAINED or job.tunes or lr == rate
+            wanted = not registry.trains(model) or job.tunes or lr == rate
             if wanted and (dataset, model, seed, job.run_hash) not in finished:
                 ready.append(job)
         return ready

@@ -158,8 +158,8 @@ def build_grid(manifest: list[dict], case_rank_rows: list[dict], n_resamples: in
     for dataset in datasets:
         for model in models:
             runs = selected.get((dataset, model), [])
-            cell = Cell(dataset, model, runs, 1 if model in tuning.UNTRAINED else len(SEEDS))
-            if not runs and model not in tuning.UNTRAINED:
+            cell = Cell(dataset, model, runs, 1 if not registry.trains(model) else len(SEEDS))
+            if not runs and registry.trains(model):
                 base = tuning.tuning_base(model)
                 rates = {float(e["lr"]) for e in entries
                          if (e["dataset"], e["model"], e["seed"]) == (dataset, base, tuning.TUNING_SEED)}
@@ -215,7 +215,7 @@ def ci_text(cell: Cell) -> str:
 
 def rate_text(cell: Cell) -> str:
     rates = sorted({float(run["lr"]) for run in cell.runs})
-    if cell.model in tuning.UNTRAINED:
+    if not registry.trains(cell.model):
         return "— (no training)" if cell.runs else "—"
     return ", ".join(f"{rate:g}" for rate in rates) if rates else "missing"
 
@@ -244,7 +244,7 @@ def dataset_table(grid: Grid, dataset: str, extra_metrics: tuple[str, ...] = ())
         text = auc_text(cell)
         if cell.runs and model != FLOOR and cell.mean == best:
             text = f"**{text}**"
-        if model in tuning.UNTRAINED:
+        if not registry.trains(model):
             epochs, at_cap = ("— (no training)", "—") if cell.runs else ("missing", "missing")
         elif cell.runs:
             epochs = ", ".join(f"{r['best_epoch']}/{r['epochs_run']}" for r in cell.runs)
@@ -341,7 +341,7 @@ def paper_table() -> str:
 def run_name(entry: dict, grid: Grid) -> str:
     """dataset/model/seed, with the rate when the run is a tuning run at a rate that was not chosen."""
     chosen = tuning.rate_for(entry["dataset"], entry["model"], grid.choices)
-    untuned = entry["model"] in tuning.UNTRAINED or float(entry["lr"]) == chosen
+    untuned = not registry.trains(entry["model"]) or float(entry["lr"]) == chosen
     extra = "" if untuned else f" (tuning run, lr {entry['lr']:g})"
     return f"{entry['dataset']}/{entry['model']}/s{entry['seed']}{extra}"
 
@@ -554,8 +554,8 @@ def v1_comparison(grid: Grid, v1_entries: list[dict]) -> list[str]:
 def tuning_table(grid: Grid) -> list[str]:
     """Per (dataset, base backbone): seed 0's best validation AUC at each rate of the grid and the choice."""
     seen = {(e["dataset"], e["model"], float(e["lr"])): e["best_valid_auc"] for e in grid.entries
-            if e["seed"] == tuning.TUNING_SEED and e["model"] not in tuning.UNTRAINED}
-    bases = [m for m in grid.models if m not in tuning.UNTRAINED and tuning.tuning_base(m) == m]
+            if e["seed"] == tuning.TUNING_SEED and registry.trains(e["model"])}
+    bases = [m for m in grid.models if registry.trains(m) and tuning.tuning_base(m) == m]
     rows = []
     untuned = [d for d in grid.datasets if not any(key[0] == d for key in seen)]
     for dataset in (d for d in grid.datasets if d not in untuned):
@@ -674,7 +674,7 @@ def cost_tables(grid: Grid, solo: dict | None) -> list[str]:
 
     sizes = []
     for model in grid.models:
-        if model in tuning.UNTRAINED:
+        if not registry.trains(model):
             layers, params = "—", "none"
         else:
             layers = LAYERS.get(model, SETTINGS["n_layers"])
@@ -682,7 +682,7 @@ def cost_tables(grid: Grid, solo: dict | None) -> list[str]:
             params = f"{backbone_parameters(model, config):,}"
         sizes.append([label(model), str(layers), params,
                       *(mean_of(grid.cell(d, model), "n_parameters", "{:,.0f}") for d in datasets)])
-    trained = [model for model in grid.models if model not in tuning.UNTRAINED]
+    trained = [model for model in grid.models if registry.trains(model)]
     solo_rows = [row for row in (solo or {}).values()]
     solo_machines = sorted({str(row["machine"]) for row in solo_rows})
     suspect = suspect_solo(solo)
@@ -752,7 +752,7 @@ def dataset_csv(grid: Grid, dataset: str) -> str:
                "auc_ci_low": cell.ci[0] if cell.ci else math.nan, "auc_ci_high": cell.ci[1] if cell.ci else math.nan,
                "best_epochs": " ".join(str(r["best_epoch"]) for r in cell.runs),
                "epochs_run": " ".join(str(r["epochs_run"]) for r in cell.runs),
-               "at_cap": sum(capped(r) for r in cell.runs) if model not in tuning.UNTRAINED else 0,
+               "at_cap": sum(capped(r) for r in cell.runs) if registry.trains(model) else 0,
                "n_parameters": cell.runs[0]["n_parameters"]}
         for name in METRIC_NAMES:
             values = [r[f"test_{name}"] for r in cell.runs]
@@ -764,7 +764,7 @@ def dataset_csv(grid: Grid, dataset: str) -> str:
 
 def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing: dict[str, list[str]]) -> str:
     """results/README.md: templates/headline_readme.md filled with the grid's tables, checks and figures."""
-    rates = sorted({float(e["lr"]) for e in grid.entries if e["model"] not in tuning.UNTRAINED})
+    rates = sorted({float(e["lr"]) for e in grid.entries if registry.trains(e["model"])})
     caps = sorted({(e["epochs"], e["patience"]) for e in grid.entries})
     commands = sorted({e["command"] for e in grid.entries})
     same_seed = same_seed_check([e for c in grid.cells.values() for e in c.runs], "prism-L0", "gated_deltanet",
