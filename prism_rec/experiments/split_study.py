@@ -1,4 +1,4 @@
-"""The split question of issue 18: how far the authors' global time split moves the numbers.
+"""The split question: how far the authors' global time split moves the numbers.
 
 The authors' code (gpr-prism/prism, rec/) splits a dataset by time over all users at once (the first
 70% of interactions by timestamp train, the next 15% validate, the last 15% test), while the paper's text
