@@ -213,3 +213,29 @@ def test_threads_auto_keeps_the_count_that_omp_num_threads_set(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # torchrun sets it; so does the store fixture
     monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))
     assert cpu_threads("auto") == torch.get_num_threads()
+
+
+def test_bench_options_are_made_from_train_config_fields(monkeypatch, capsys):
+    import dataclasses
+
+    from prism_rec import cli, registry
+    from prism_rec.training.config import knob
+
+    def parsed(*args):
+        return cli.build_parser().parse_args(["bench", *args])
+
+    source = registry.get_dataset("ml-100k")
+    plain = cli.train_config(parsed(), source, backbone_options={})
+    assert plain == TrainConfig(max_len=source.max_len)  # every default, the window the dataset's
+    given = cli.train_config(parsed("--max-len", "9", "--compile", "off", "--no-progress", "--lr", "0.01"), source)
+    assert (given.max_len, given.compile, given.progress, given.lr) == (9, "off", False, 0.01)
+
+    @dataclasses.dataclass
+    class WithANewField(TrainConfig):
+        warmup_steps: int = knob(0, "linear warm-up steps of the learning rate")
+
+    monkeypatch.setattr(cli, "TrainConfig", WithANewField)
+    assert cli.train_config(parsed("--warmup-steps", "7"), source).warmup_steps == 7
+    with pytest.raises(SystemExit):
+        parsed("--help")
+    assert "--warmup-steps WARMUP_STEPS" in capsys.readouterr().out

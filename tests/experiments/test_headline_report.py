@@ -13,6 +13,7 @@ import pytest
 
 from prism_rec.cli import main
 from prism_rec.experiments.headline import report
+from prism_rec.experiments.throughput.solo import SOLO_COLUMNS, SOLO_NAME
 from prism_rec.tracking import case_ranks
 from prism_rec.tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
 
@@ -70,12 +71,12 @@ def results(tmp_path):
           for s, auc in enumerate((0.73, 0.61, 0.61))]
     (tmp_path / "v1" / "headline_manifest.jsonl").write_text("".join(json.dumps(e) + "\n" for e in v1))
     (tmp_path / report.CASE_RANKS_NAME).write_text("".join(json.dumps(line) + "\n" for line in lines))
-    with open(tmp_path / report.SOLO_NAME, "w", newline="") as handle:
+    with open(tmp_path / SOLO_NAME, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(report.SOLO_COLUMNS)
+        writer.writerow(SOLO_COLUMNS)
         for model, speed in (("sasrec", 90000), ("gated_deltanet", 120000), ("prism", 60000), ("prism-L1", 50000)):
-            writer.writerow([ELECTRONICS, model, speed, 3.0, 256, 50, 3666, "bf16", "NVIDIA H200",
-                             "prism-rec throughput"])
+            writer.writerow([ELECTRONICS, model, speed, 3.0, 4.0, 256, 50, 3666, "bf16", "NVIDIA H200",
+                             "prism-rec throughput", "off"])
     paths = report.write_results(manifest, tmp_path)
     return tmp_path, paths, manifest, lines
 

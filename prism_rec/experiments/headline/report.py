@@ -31,14 +31,12 @@ from .protocol import (CASE_RANKS_NAME, DATASETS, LAYERS, MANIFEST_NAME, PROTOCO
 from ...training.metrics import METRIC_NAMES
 from ...paths import RESULTS_DIR, TEMPLATES_DIR
 from ...tracking.plots import auc_bar_chart, pareto_chart
+from ..throughput.solo import SOLO_NAME, read_solo
 from ...tracking.bootstrap import N_RESAMPLES, PairedDifference, bootstrap_mean_ci, paired_difference, verdict
 
 COMMAND = "prism-rec headline tables"
 FLOOR = "pop"  # item popularity: the row every trained backbone must clear
 SHORT_SEQUENCE = ("movies-fedcsr",)  # short histories (mean 4.6): a short-sequence case, not the paper's Movies
-SOLO_NAME = "solo_throughput.csv"
-SOLO_COLUMNS = ("dataset", "model", "tokens_per_s", "step_ms", "batch_size", "max_len", "n_items", "dtype",
-                "machine", "command")
 V1_MANIFESTS = ("v1/headline_manifest.jsonl", "v1/ml-100k/headline_manifest.jsonl")  # under results/
 V1_SETTINGS = {"lr": 1e-3, "epochs": 50, "patience": 5}
 NEAR_FLOOR = 0.02  # a run whose test AUC is less than this above pop's is listed
@@ -576,17 +574,6 @@ def tuning_table(grid: Grid) -> list[str]:
 
 
 # ---- cost and Pareto ------------------------------------------------------------------------------------
-
-def read_solo(path: Path) -> dict[tuple[str, str], dict] | None:
-    """{(dataset, model): row} of the solo throughput file (the last row per pair), None if it is absent."""
-    if not Path(path).is_file():
-        return None
-    frame = pd.read_csv(path)
-    missing = [c for c in SOLO_COLUMNS if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{path}: no column(s) {', '.join(missing)}")
-    return {(row["dataset"], row["model"]): row for row in frame.to_dict("records")}
-
 
 # a solo step this many times the same backbone's median step over the datasets is not believed (the
 # datasets' step costs differ by up to about 3x between T 50 and T 200; four cells measured 6.7x-18x with a
