@@ -100,7 +100,7 @@ def command_tables(args) -> None:
 
 
 def command_import_runs(args) -> None:
-    from .tracking.records import import_records
+    from .tracking.runs import import_records
 
     counts = import_records(Path(args.source), args.invocation)
     print(f"{counts['imported']} run(s) imported, {counts['already there']} already in the store")

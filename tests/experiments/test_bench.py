@@ -84,7 +84,7 @@ def test_bench_logs_runs_and_writes_table(store, tiny, run_cli):
 
 
 def test_params_name_every_backbone_option_with_its_default():
-    from prism_rec.experiments.bench import run_settings
+    from prism_rec.tracking.records import run_settings
 
     params = run_settings("prism", TrainConfig(device="auto", backbone_options={"L": 2}), torch.device("cpu"))
     assert params["device"] == "cpu" and params["precision"] == "fp32" and params["compile"] == "off"

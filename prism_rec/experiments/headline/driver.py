@@ -50,7 +50,8 @@ from ..campaign import (Campaign, Executor, LocalExecutor, Manifest, Status, add
                         deadline_after, executor_from_args, merge_manifests)
 from ..jobs import gpu_sharing
 from ...options import resolve_models
-from ...tracking.records import RECORDS_SUFFIX, append_jsonl, import_records, make_record, run_hash
+from ...tracking.records import RECORDS_SUFFIX, append_jsonl, make_record, run_hash
+from ...tracking.runs import import_records
 from ...paths import RESULTS_DIR
 from ...tracking.store import provenance_tags
 from ...training.checkpoint import checkpoint_file
