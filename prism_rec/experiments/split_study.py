@@ -31,7 +31,7 @@ from ..tracking.case_ranks import decode
 from ..data.sources import load_dataset
 from ..files import read_jsonl, write_atomically
 from .headline.driver import HeadlineJob, manifest_entry, train_cell
-from .headline.report import seeds_text
+from .headline.report.tables import seeds_text
 from .headline.protocol import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL, SEEDS, training_config
 from .campaign import (Campaign, Executor, LocalExecutor, Manifest, Status, add_grid_run_options, checkpoint_dir,
                        deadline_after, executor_from_args)

@@ -1,7 +1,7 @@
 """AUC tables and chart: one row (bar) per model, the mean over seeds with its std (where there are several)
 and a 95% bootstrap interval over test users, from the runs in the MLflow store. ``prism-rec bench`` and
 ``prism-rec tables`` write into results/local/ (git-ignored): results/<dataset>/ holds the published
-tables of the headline report (headline/report.py), which a user's runs never replace."""
+tables of the headline report (headline/report/), which a user's runs never replace."""
 
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def spread_note(summary: pd.DataFrame) -> str:
 
 def table_folder(results_dir: Path, dataset: str) -> Path:
     """results/<dataset>, or results/<dataset>/store when results/<dataset>/auc.md is the headline report's
-    (headline/report.py, from the headline manifest only): a table from the store, which holds runs of any
+    (headline/report/, from the headline manifest only): a table from the store, which holds runs of any
     protocol, must not replace it."""
     folder = Path(results_dir) / dataset
     markdown = folder / "auc.md"

@@ -25,7 +25,7 @@ as a client of an NVIDIA MPS server, which lets kernels of several processes run
 ``merge OUT A B`` joins manifests (or case-ranks files) of several calls, each record once.
 ``import DIR`` logs the records under DIR (a folder or one records file) into the MLflow store;
 ``tables`` writes results/README.md and results/<dataset>/auc.md, .csv, .png and pareto.png from the v2
-manifest and case-ranks files alone (headline/report.py), never from the store.
+manifest and case-ranks files alone (headline/report/), never from the store.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The headline benchmark's protocol (headline-v2): its datasets, seeds and settings, the files it
 writes, and the training settings of one cell; shared by the runs (headline/driver.py) and the report
-(headline/report.py)."""
+(headline/report/)."""
 
 from __future__ import annotations
 
