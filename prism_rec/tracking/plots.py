@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen befor
 import pandas as pd  # noqa: E402
 
 from ..files import write_figure_atomically  # noqa: E402
-from ..registry import trains  # noqa: E402
+from .cells import runs_label  # noqa: E402
 
 
 def learning_curve(history: list[dict], title: str, best_epoch: int | None = None) -> plt.Figure:
@@ -55,14 +55,6 @@ def _caption(figure: plt.Figure, caption: str) -> None:
     """``caption`` in small type under the axes (the figure must use the constrained layout)."""
     if caption:
         figure.supxlabel(caption, fontsize=7, wrap=True)
-
-
-def runs_label(model: str, n_seeds: int) -> str:
-    """How many runs a table row or bar averages: "deterministic, 1 run" for a recommender that does not
-    train (registry.trains), which runs once; else "n = N seed(s)"."""
-    if n_seeds == 1 and not trains(model):
-        return "deterministic, 1 run"
-    return f"n = {n_seeds} seed{'s' if n_seeds > 1 else ''}"
 
 
 CHANCE_AUC = 0.5  # a random ranking: the bars start there

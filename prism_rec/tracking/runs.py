@@ -20,7 +20,7 @@ from ..training.metrics import METRIC_NAMES
 from ..training.trainer import FitResult
 from .plots import auc_bar_chart, learning_curve, learning_curves
 from .records import CASE_RANKS_ARTIFACT, FINISHED, RECORDS_SUFFIX, case_ranks_entry, final_metrics, read_records
-from .tables import markdown_table, spread_note, summarise, with_test_user_intervals
+from .tables import markdown_table, spread_note, store_cells, summarise, with_test_user_ranks
 
 RECORD_ID_TAG = "record_id"
 ERROR_TAG = "error"
@@ -193,7 +193,7 @@ def log_comparison(experiment: str, parent_id: str, dataset_name: str) -> str:
     children = mlflow.search_runs([experiment], order_by=["tags.model", "tags.seed"],
                                   filter_string=f"tags.prism_rec_role = 'child' and tags.mlflow.parentRunId = "
                                                 f"'{parent_id}' and attributes.status = 'FINISHED'")
-    summary = with_test_user_intervals(summarise(children), children)
+    summary = summarise(with_test_user_ranks(store_cells(children, dataset_name)), intervals=True)
     metrics = {}
     for _, row in summary.iterrows():
         model = row["model"]

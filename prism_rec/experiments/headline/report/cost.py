@@ -13,7 +13,8 @@ from ....markdown import pipe_table
 from ..protocol import DATASETS, LAYERS, SETTINGS, backbone_parameters, training_config
 from ....tracking.plots import pareto_chart
 from ...throughput.solo import SOLO_NAME
-from .grid import COMMAND, Cell, Grid, V1_SETTINGS
+from ....tracking.cells import Cell
+from .grid import COMMAND, Grid, V1_SETTINGS
 from .tables import label
 
 # a solo step this many times the same backbone's median step over the datasets is not believed (the

@@ -4,8 +4,6 @@ seed statistics and bootstrap intervals over test users, and the constants the r
 from __future__ import annotations
 
 import collections
-import math
-import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -13,8 +11,9 @@ import numpy as np
 from .... import registry
 from ... import tuning
 from ....tracking.case_ranks import CaseRanks, decode
+from ....tracking.cells import Cell
 from ..protocol import DATASETS, PROTOCOL, SEEDS
-from ....tracking.bootstrap import N_RESAMPLES, PairedDifference, bootstrap_mean_ci, paired_difference
+from ....tracking.bootstrap import N_RESAMPLES, PairedDifference, paired_difference
 
 
 COMMAND = "prism-rec headline tables"
@@ -28,31 +27,6 @@ ABLATION_DATASET = "electronics-gerec"
 def newest_entries(manifest: list[dict]) -> dict[tuple[str, str, int], dict]:
     """The newest (last) manifest entry per (dataset, model, seed)."""
     return {(entry["dataset"], entry["model"], entry["seed"]): entry for entry in manifest}
-
-
-@dataclass
-class Cell:
-    """One (dataset, model) of the tables: its selected runs in seed order and their per-user AUC."""
-
-    dataset: str
-    model: str
-    runs: list[dict]
-    expected: int  # the seeds the grid asks for
-    waiting: str = ""  # why a cell without runs has none yet
-    per_user: np.ndarray | None = None  # [runs, users] in the dataset's user order; None unless every run has ranks
-    ci: tuple[float, float] | None = None
-
-    @property
-    def aucs(self) -> list[float]:
-        return [run["test_auc"] for run in self.runs]
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.aucs)
-
-    @property
-    def std(self) -> float:
-        return statistics.stdev(self.aucs) if len(self.runs) > 1 else math.nan
 
 
 @dataclass
@@ -146,6 +120,6 @@ def build_grid(manifest: list[dict], case_rank_rows: list[dict], n_resamples: in
                 rows.append(auc)
             if runs and len(rows) == len(runs):
                 cell.per_user = np.stack(rows)
-                cell.ci = bootstrap_mean_ci(cell.per_user, n_resamples=n_resamples)
+                cell.ci = cell.interval(n_resamples)
             grid.cells[(dataset, model)] = cell
     return grid

@@ -11,7 +11,8 @@ from ....markdown import fill, pipe_table
 from ..protocol import CASE_RANKS_NAME, DATASETS, MANIFEST_NAME
 from ....paths import TEMPLATES_DIR
 from ....tracking.bootstrap import N_RESAMPLES, PairedDifference, verdict
-from .grid import COMMAND, Cell, FLOOR, Grid, SHORT_SEQUENCE
+from ....tracking.cells import Cell, seeds_text
+from .grid import COMMAND, FLOOR, Grid, SHORT_SEQUENCE
 
 
 PAPER_COLUMNS = {"books-dealrec": 0, "movies-long": 1, "electronics-gerec": 2, "yelp-iclrec": 3}
@@ -27,14 +28,6 @@ PAIRS = (("prism", "gated_deltanet"), ("prism", "sasrec"))  # the paired differe
 
 def label(model: str) -> str:
     return f"{model} (floor)" if model == FLOOR else model
-
-
-def seeds_text(aucs: list[float], expected: int) -> str:
-    """mean ± sample std (n) of the test AUC of a cell's seeds, saying "n of expected" when some are missing."""
-    count = f"{len(aucs)}" if len(aucs) == expected else f"{len(aucs)} of {expected}"
-    if len(aucs) == 1:
-        return f"{aucs[0]:.4f} ({count} seed{'s' if expected > 1 else ''})"
-    return f"{statistics.fmean(aucs):.4f} ± {statistics.stdev(aucs):.4f} ({count})"
 
 
 def auc_text(cell: Cell) -> str:
