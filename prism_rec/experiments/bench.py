@@ -210,8 +210,8 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
                          tags={**tags, "prism_rec_role": "parent", "config_hash": bench_hash}) as parent:
         if parent_id is None:
             runs.log_params({"dataset": dataset_name, "models": ",".join(models), "seeds": len(seeds),
-                               "seed_values": ",".join(map(str, seeds)), "device": str(device),
-                               **{f"data.{k}": v for k, v in dataset.options.items()}})
+                             "seed_values": ",".join(map(str, seeds)), "device": str(device),
+                             **{f"data.{k}": v for k, v in dataset.options.items()}})
         results, failures = _train_children(world, dataset, keys, config, plan, checkpoint_for, device, experiment,
                                             {**tags, "mlflow.parentRunId": parent})
         if results or any(planned.action == FINISHED for planned in plan.values()):
