@@ -1,11 +1,12 @@
 """Item popularity: every history gets the same ranking, items by their number of training interactions.
 
 Not a sequence model: the floor every trained backbone must clear. Registered as a backbone so that
-``--models pop`` and ``all`` put it in every table; ``SequentialRecommender`` is not built around it:
-``prism_rec.training.trainer.build_model`` sees ``ranks_by_popularity`` and returns a
-:class:`prism_rec.models.popularity.PopularityRecommender` of the dataset's training counts, which ``fit`` evaluates
-without training (no parameters, no epochs). Ties (items with equal counts) count 1/2 in the AUC, as for
-any model. As a token mixer on its own it is the identity, so it keeps the backbone contract trivially.
+``--models pop`` and ``all`` put it in every table; ``trains = False`` (``prism_rec.registry.trains``) makes
+it a recommender that does not train: ``prism_rec.training.trainer.build_model`` returns a
+:class:`prism_rec.models.popularity.PopularityRecommender` of the dataset's training counts instead of a
+``SequentialRecommender``, which ``fit`` evaluates without training (no parameters, no epochs), and a bench
+runs it once whatever the seeds (it is deterministic). Ties (items with equal counts) count 1/2 in the AUC,
+as for any model. As a token mixer on its own it is the identity, so it keeps the backbone contract trivially.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from prism_rec.registry import register_backbone
 class ItemPopularity(nn.Module):
     """The identity token mixer that marks a popularity ranker (see the module docstring)."""
 
-    ranks_by_popularity = True
+    trains = False
     init_policy = "none"
 
     def __init__(self, d_model: int = 64, n_layers: int = 2, n_heads: int = 2, dropout: float = 0.0):

@@ -56,7 +56,7 @@ from pathlib import Path
 import torch
 
 from prism_rec.paths import TEMPLATES_DIR
-from prism_rec.registry import backbone_entry, list_backbones
+from prism_rec.registry import list_backbones, trains
 from prism_rec.markdown import fill
 from prism_rec.tracking.store import machine_description, triton_version
 from prism_rec.training.compile import resolve_compile
@@ -295,10 +295,10 @@ def measure_step_cells(report: Report, args: argparse.Namespace, models: list[st
 
 
 def trained_backbones(names: list[str]) -> list[str]:
-    """``names`` without the popularity rankers, which train nothing (said once each)."""
+    """``names`` without the recommenders that do not train (said once each)."""
     models = []
     for backbone in names:
-        if getattr(backbone_entry(backbone).factory, "ranks_by_popularity", False):
+        if not trains(backbone):
             print(f"{backbone}: ranks by popularity and trains nothing; skipped", flush=True)
         else:
             models.append(backbone)

@@ -9,11 +9,10 @@ import json
 from pathlib import Path
 
 from prism_rec.files import write_atomically
+from prism_rec.experiments.throughput.solo import SOLO_COLUMNS, SOLO_NAME
 from prism_rec.markdown import pipe_table
 from step_floor import floor_sections
 
-SOLO_COLUMNS = ("dataset", "model", "tokens_per_s", "step_ms", "step_ms_max", "batch_size", "max_len", "n_items",
-                "dtype", "machine", "command", "compile")
 STEP_COLUMNS = ("section", "model", "seq_len", "n_items", "batch_size", "loss_path", "compile", "dtype", "step_ms",
                 "peak_memory_gib", "target_tokens", "status", "warmup_s")
 
@@ -147,7 +146,7 @@ class Report:
         write_atomically(self.out_dir / "step.md",
                          step_markdown(self))
         if self.solo_mode is not None:
-            write_atomically(self.out_dir / "solo_throughput.csv",
+            write_atomically(self.out_dir / SOLO_NAME,
                              csv_text([r for r in self.solo_rows if r["compile"] == self.solo_mode], SOLO_COLUMNS))
         write_atomically(self.out_dir / "step.json", json.dumps(vars(self) | {"out_dir": str(self.out_dir)}))
 

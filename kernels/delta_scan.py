@@ -8,9 +8,8 @@ from .naive import naive_delta_scan
 
 BACKENDS = ("auto", "naive", "torch", "triton", "chunk_parallel", "chunk_split")
 TRITON_BACKENDS = ("triton", "chunk_parallel", "chunk_split")
-# From this length on, "auto" takes chunk_parallel on CUDA: on the H200 (bf16, forward+backward, L = 0;
-# results/kernels.md, 2026-12-01) it ran 2.67 ms against the fused kernel's 3.15 at (64, 1024, 4, 64) and
-# 17.1 against 30.1 at (8, 8192, 8, 128), while the fused kernel stays ahead at T <= 200.
+# From this length on, "auto" takes chunk_parallel on CUDA: on the H200 (bf16, forward+backward, L = 0) it is
+# the faster kernel at T >= 1024 and the fused kernel stays ahead at T <= 200 (results/kernels.md has the times).
 CHUNK_PARALLEL_MIN_T = 1024
 
 

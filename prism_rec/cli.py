@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import os
 import shlex
 import sys
+import typing
 from pathlib import Path
 
 from . import registry
 from .errors import BenchFailures, OptionError
 from .options import parse_seeds, resolve_models
-from .training.config import PRECISIONS, TrainConfig
+from .training.config import TrainConfig
 
 
 def parse_option(text: str) -> tuple[str, object]:
@@ -42,6 +44,35 @@ def command_list(args) -> None:
         print(f"  {name:<18} {registry.get_dataset(name).description}")
 
 
+def train_options() -> list[dataclasses.Field]:
+    """The fields of ``TrainConfig`` that are options (made with ``training.config.knob``)."""
+    return [f for f in dataclasses.fields(TrainConfig) if "help" in f.metadata]
+
+
+def add_train_options(parser: argparse.ArgumentParser) -> None:
+    """An option per ``train_options`` field: ``--<name>`` of the field's type, default, help and choices;
+    ``--no-<name>`` for a bool that defaults to True; no default for one the dataset sets."""
+    types = typing.get_type_hints(TrainConfig)
+    for option in train_options():
+        flag = option.name.replace("_", "-")
+        if types[option.name] is bool:
+            parser.add_argument(f"--no-{flag}", dest=option.name, action="store_false", help=option.metadata["help"])
+            continue
+        default = None if option.metadata["per_dataset"] else option.default
+        parser.add_argument(f"--{flag}", type=types[option.name], default=default, choices=option.metadata["choices"],
+                            help=option.metadata["help"])
+
+
+def train_config(args, source, **values) -> TrainConfig:
+    """The ``TrainConfig`` of parsed ``train_options`` (a per-dataset one left unset takes ``source``'s
+    value), with ``values`` for the fields that are no options."""
+    for option in train_options():
+        given = getattr(args, option.name)
+        values[option.name] = getattr(source, option.name) if given is None and option.metadata["per_dataset"] \
+            else given
+    return TrainConfig(**values)
+
+
 def command_bench(args) -> None:
     import torch
 
@@ -53,13 +84,7 @@ def command_bench(args) -> None:
         source = registry.get_dataset(args.dataset)
     except KeyError as error:
         raise OptionError(f"option --dataset: {error.args[0]}") from None
-    config = TrainConfig(
-        d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, dropout=args.dropout,
-        max_len=args.max_len or source.max_len, batch_size=args.batch_size, lr=args.lr,
-        weight_decay=args.weight_decay, epochs=args.epochs, patience=args.patience, loss=args.loss,
-        n_negatives=args.n_negatives, eval_batch_size=args.eval_batch_size, device=args.device,
-        progress=not args.no_progress, backbone_options=dict(args.option), precision=args.precision,
-    )
+    config = train_config(args, source, backbone_options=dict(args.option))
     data_options = {"raw_dir": args.raw_dir, "split": args.split, "dedup": args.dedup,
                     "min_user_interactions": args.min_user_interactions,
                     "min_item_interactions": args.min_item_interactions}
@@ -75,7 +100,7 @@ def command_tables(args) -> None:
 
 
 def command_import_runs(args) -> None:
-    from .tracking.records import import_records
+    from .tracking.runs import import_records
 
     counts = import_records(Path(args.source), args.invocation)
     print(f"{counts['imported']} run(s) imported, {counts['already there']} already in the store")
@@ -116,27 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--d-model", type=int, default=64)
     listing.set_defaults(func=command_list)
 
-    defaults = TrainConfig()
     bench = commands.add_parser("bench", help="train and evaluate models on a dataset, log to MLflow")
     bench.add_argument("--dataset", default="ml-100k")
     bench.add_argument("--models", default="sasrec", help="comma-separated backbone names, or 'all'")
     bench.add_argument("--seeds", default="1", help="a count N (seeds 0..N-1) or a comma list")
-    bench.add_argument("--epochs", type=int, default=defaults.epochs)
-    bench.add_argument("--patience", type=int, default=defaults.patience)
-    bench.add_argument("--d-model", type=int, default=defaults.d_model)
-    bench.add_argument("--n-layers", type=int, default=defaults.n_layers)
-    bench.add_argument("--n-heads", type=int, default=defaults.n_heads)
-    bench.add_argument("--dropout", type=float, default=defaults.dropout)
-    bench.add_argument("--max-len", type=int, help="training window (default: the dataset's)")
-    bench.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    bench.add_argument("--eval-batch-size", type=int, default=defaults.eval_batch_size)
-    bench.add_argument("--lr", type=float, default=defaults.lr)
-    bench.add_argument("--weight-decay", type=float, default=defaults.weight_decay)
-    bench.add_argument("--loss", choices=("full", "sampled"), default=defaults.loss)
-    bench.add_argument("--n-negatives", type=int, default=defaults.n_negatives)
-    bench.add_argument("--precision", choices=PRECISIONS, default=defaults.precision,
-                       help="bf16: bf16 autocast on CUDA (default); fp32: fp32 with TF32 off (CPU is always fp32)")
-    bench.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    add_train_options(bench)
     bench.add_argument("--threads", default="auto",
                        help="CPU threads: a count, or auto (default): OMP_NUM_THREADS if set, else 1, whatever the "
                             "load (other counts change the last bits of the metrics)")
@@ -151,7 +160,6 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--results-dir", default=LOCAL_RESULTS_DIR,
                        help="where the table of the store's runs goes (default results/local, git-ignored; the "
                             "published tables in results/<dataset> are never written by bench)")
-    bench.add_argument("--no-progress", action="store_true")
     bench.add_argument("--resume", action="store_true",
                        help="continue every run of these settings that has a checkpoint (interrupted or killed)")
     bench.add_argument("--checkpoint-dir", default=CHECKPOINT_DIR,

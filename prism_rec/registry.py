@@ -2,7 +2,8 @@
 
 A backbone is an ``nn.Module`` built as ``cls(d_model=..., **options)`` whose forward takes hidden
 states [B, T, d] and a padding mask [B, T] (True = real item; sequences are left-padded) and returns
-[B, T, d], causally. Registering one is a decorator on a class or factory in a file of ``baselines/``.
+[B, T, d], causally. Registering one is a decorator on a class or factory in a file of ``baselines/``; one
+whose class says ``trains = False`` is a recommender that does not train (:func:`trains`).
 A dataset is a ``prism_rec.data.sources.DatasetSource`` subclass registered in a file of ``prism_rec/data/``.
 Every module of the packages in ``DISCOVERED_PACKAGES`` is imported when the registry is first read, so a
 new file is all it takes.
@@ -80,6 +81,15 @@ def backbone_entry(name: str) -> BackboneEntry:
     if name not in _BACKBONES:
         raise KeyError(f"unknown backbone {name!r}; registered: {', '.join(sorted(_BACKBONES))}")
     return _BACKBONES[name]
+
+
+def trains(name: str) -> bool:
+    """Whether the recommender ``name`` trains: False for a registered one that declares ``trains = False``
+    (``pop``, which ranks by training counts and is deterministic, so it runs once whatever the seeds); True
+    otherwise, also for a name no longer registered (old runs in a manifest were all trained)."""
+    _discover()
+    entry = _BACKBONES.get(name)
+    return entry is None or getattr(entry.factory, "trains", True)
 
 
 def build_backbone(name: str, d_model: int = 64, **overrides: Any):

@@ -82,8 +82,8 @@ def stop_server(server: subprocess.Popen) -> None:
 
 @pytest.fixture
 def mlflow_server(store, tiny, one_torch_thread):
-    """A tiny bench of two seeds in ``store``, then `mlflow server` over it: yields its base URL."""
-    main(["bench", "--models", "sasrec", "--seeds", "2", "--epochs", "1", "--device", "cpu",
+    """A tiny bench of two seeds and pop (one run) in ``store``, then `mlflow server` over it: yields its base URL."""
+    main(["bench", "--models", "sasrec,pop", "--seeds", "2", "--epochs", "1", "--device", "cpu",
           "--results-dir", str(store / "results"), *tiny])
     port = free_loopback_port()
     server = subprocess.Popen(

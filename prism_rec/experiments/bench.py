@@ -1,10 +1,11 @@
 """``prism-rec bench``: train every (model, seed) on one dataset, log to MLflow, write the AUC table.
+A recommender that does not train (``registry.trains``: pop) is deterministic and runs once, with the first seed.
 
 One MLflow experiment per dataset, one parent run per invocation, one child run ``<model>-s<seed>``
-per training with every setting as a param as it ran (:func:`run_settings`: the resolved device, precision
+per training with every setting as a param as it ran (``records.run_settings``: the resolved device, precision
 and compile mode, every backbone option with its default filled in; also config.json), per-epoch metrics
 at step = epoch (1-based, like best_epoch), final test metrics, cost figures and a learning-curve PNG. The
-parent run carries the comparison of its children (:func:`_log_comparison`): per-model summary metrics,
+parent run carries the comparison of its children (``tracking.runs.log_comparison``): per-model summary metrics,
 the AUC table and chart (sorted, with 95% intervals over test users and n) and every model's learning
 curves on shared axes. The user's AUC table of the store goes to results/local/<dataset>/ (git-ignored);
 the published tables in results/<dataset>/ are never written here.
@@ -23,7 +24,6 @@ Under torchrun every process trains, and only rank 0 talks to MLflow and writes 
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import os
 import re
@@ -31,10 +31,9 @@ import shlex
 import signal
 import socket
 import sys
-import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -46,22 +45,17 @@ from ..training.config import config_hash
 from ..data.core import DataError, check_options as check_data_options
 from ..data.sources import load_dataset
 from ..errors import BenchFailures, OptionError
-from ..training.compile import resolve_compile
-from ..training.metrics import METRIC_NAMES
 from ..paths import RESULTS_DIR
-from ..tracking.plots import auc_bar_chart, learning_curve, learning_curves
-from ..tracking.records import (CASE_RANKS_ARTIFACT, case_ranks_entry, child_run, dataset_stats_tag, final_metrics,
-                                run_hash)
-from ..registry import backbone_entry, build_backbone, get_dataset
-from ..tracking.tables import LOCAL_RESULTS_DIR, markdown_table, spread_note, summarise, \
-    with_test_user_intervals, write_tables
+from ..tracking import runs
+from ..tracking.records import child_run, dataset_stats_tag, run_hash
+from ..registry import backbone_entry, build_backbone, get_dataset, trains
+from ..tracking.tables import LOCAL_RESULTS_DIR, write_tables
 from ..tracking.store import end_runs_of_dead_processes, experiment_id, process_tags, provenance_tags
 from ..training.trainer import FitResult, fit, read_checkpoint
 from ..training.devices import resolve_device
 from ..training.config import TrainConfig
 
 FINISHED, RESUME, FRESH = "finished", "resume", "fresh"
-SHARED_BACKBONE_SETTINGS = ("d_model", "n_layers", "n_heads", "dropout")  # TrainConfig's, passed to every backbone
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -137,26 +131,6 @@ def _blamed_option(message: str, config: TrainConfig) -> str:
     return "options"
 
 
-def backbone_options(model: str, config: TrainConfig) -> dict:
-    """Every option of ``model``'s backbone as it is built: the factory's defaults, then the registered
-    preset's, then ``config.backbone_options`` (the settings TrainConfig shares with every backbone left out)."""
-    entry = backbone_entry(model)
-    defaults = {name: parameter.default for name, parameter in inspect.signature(entry.factory).parameters.items()
-                if parameter.default is not inspect.Parameter.empty and name not in SHARED_BACKBONE_SETTINGS}
-    return {**defaults, **entry.defaults, **config.backbone_options}
-
-
-def run_settings(model: str, config: TrainConfig, device, distributed: bool = False) -> dict:
-    """``config.params()`` as the run trains on ``device``: the device itself (not "auto"), the precision it
-    computes in (bf16 autocast only on CUDA, fp32 on the CPU), the compile mode that ``config.compile``
-    resolves to, and every backbone option (:func:`backbone_options`) as ``backbone.<name>``."""
-    params = {key: value for key, value in config.params().items() if not key.startswith("backbone.")}
-    params.update(device=str(device), precision=config.precision if device.type == "cuda" else "fp32",
-                  compile=resolve_compile(config.compile, device, distributed, model))
-    params.update({f"backbone.{key}": value for key, value in sorted(backbone_options(model, config).items())})
-    return params
-
-
 def cpu_threads(option: str) -> int:
     """The CPU threads to train with for ``--threads``: a count, or "auto": OMP_NUM_THREADS where it is set
     (torchrun sets it), else 1. The count changes how reductions split, so runs with other counts may
@@ -199,7 +173,7 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
     dataset = load_dataset(dataset_name, **data_options)
     if world.is_main:
         world.barrier()
-    keys = [(model, seed) for model in models for seed in seeds]
+    keys = [(model, seed) for model in models for seed in (seeds if trains(model) else seeds[:1])]
 
     def run_hash_for(model: str, seed: int) -> str:
         return run_hash(dataset_name, dataset.options, model, replace(config, seed=seed))
@@ -212,8 +186,6 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
         if isinstance(actions, Exception):
             raise actions
         return _train_silently(world, dataset, keys, config, actions, checkpoint_for)
-    import mlflow
-
     experiment = experiment_id(dataset_name)
     bench_hash = config_hash({"dataset": dataset_name, "data": dataset.options, "models": models, "seeds": seeds,
                               "train": replace(config, seed=0).identity()})
@@ -233,20 +205,20 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
     tags = {**provenance_tags(device), **process_tags(), "dataset": dataset_name, "command": command,
             "world_size": str(world.size), "dataset_stats": dataset_stats_tag(dataset)}
     started = time.perf_counter()
-    with _mlflow_run(run_id=parent_id, experiment_id=None if parent_id else experiment,
-                     run_name=None if parent_id else f"bench-{time.strftime('%Y%m%d-%H%M%S')}",
-                     tags={**tags, "prism_rec_role": "parent", "config_hash": bench_hash}) as parent:
+    with runs.active_run(run_id=parent_id, experiment_id=None if parent_id else experiment,
+                         run_name=None if parent_id else f"bench-{time.strftime('%Y%m%d-%H%M%S')}",
+                         tags={**tags, "prism_rec_role": "parent", "config_hash": bench_hash}) as parent:
         if parent_id is None:
-            mlflow.log_params({"dataset": dataset_name, "models": ",".join(models), "seeds": len(seeds),
-                               "seed_values": ",".join(map(str, seeds)), "device": str(device),
-                               **{f"data.{k}": v for k, v in dataset.options.items()}})
+            runs.log_params({"dataset": dataset_name, "models": ",".join(models), "seeds": len(seeds),
+                             "seed_values": ",".join(map(str, seeds)), "device": str(device),
+                             **{f"data.{k}": v for k, v in dataset.options.items()}})
         results, failures = _train_children(world, dataset, keys, config, plan, checkpoint_for, device, experiment,
-                                            {**tags, "mlflow.parentRunId": parent.info.run_id})
+                                            {**tags, "mlflow.parentRunId": parent})
         if results or any(planned.action == FINISHED for planned in plan.values()):
-            _report(experiment, parent.info.run_id, dataset_name, results_dir)
+            _report(experiment, parent, dataset_name, results_dir)
             print(f"{len(results)} training run(s) in {time.perf_counter() - started:.0f} s")
         if failures:
-            mlflow.set_tag("failures", "; ".join(failures)[:4000])
+            runs.note_failures(failures)
     if failures:
         raise BenchFailures(f"{len(failures)} run(s) failed (tracebacks above): " + "; ".join(failures))
     return results
@@ -289,14 +261,12 @@ def _run_child(world: distributed.World, dataset, model: str, run_config: TrainC
                device: torch.device, experiment: str, tags: dict) -> FitResult:
     """One (model, seed) as a child run (new or resumed) under the active parent run; an interruption
     says where its checkpoint is."""
-    settings = run_settings(model, run_config, device, world.distributed)
-    train = {**asdict(run_config), **{key: settings[key] for key in ("device", "precision", "compile")},
-             "backbone_options": backbone_options(model, run_config)}
-    run = child_run(dataset, model, run_config, world.size, settings, train)
+    run = child_run(dataset, model, run_config, device, world.size, world.distributed)
     try:
-        with _mlflow_run(run_id=planned.child_id, experiment_id=None if planned.child_id else experiment,
-                         run_name=f"{model}-s{run_config.seed}", nested=True, tags={**tags, **run["tags"]}) as child:
-            return _train_child(world, dataset, model, run_config, run, planned, path, child.info.run_id)
+        with runs.active_run(run_id=planned.child_id, experiment_id=None if planned.child_id else experiment,
+                             run_name=f"{model}-s{run_config.seed}", nested=True,
+                             tags={**tags, **run["tags"]}) as child:
+            return _train_child(world, dataset, model, run_config, run, planned, path, child)
     except KeyboardInterrupt:
         if path.exists():
             print(f"\ninterrupted: checkpoint {path}; continue with --resume (make bench ... RESUME=1)",
@@ -306,7 +276,7 @@ def _run_child(world: distributed.World, dataset, model: str, run_config: TrainC
 
 def _report(experiment: str, parent_id: str, dataset_name: str, results_dir: Path) -> None:
     """The bench's comparison (logged on the parent run) and the user's tables, printed with where they are."""
-    comparison = _log_comparison(experiment, parent_id, dataset_name)
+    comparison = runs.log_comparison(experiment, parent_id, dataset_name)
     print()
     print(comparison)
     markdown, csv, chart = write_tables(dataset_name, results_dir)
@@ -316,95 +286,19 @@ def _report(experiment: str, parent_id: str, dataset_name: str, results_dir: Pat
     print(f"This bench's comparison: MLflow parent run {parent_id} (`make ui` prints its links)")
 
 
-@contextlib.contextmanager
-def _mlflow_run(**kwargs):
-    """``mlflow.start_run(**kwargs)`` that ends KILLED on an interruption and FAILED (with an ``error``
-    tag) on an exception, FINISHED otherwise."""
-    import mlflow
-
-    run = mlflow.start_run(**kwargs)
-    try:
-        yield run
-    except KeyboardInterrupt:
-        mlflow.end_run(status="KILLED")
-        raise
-    except BaseException as error:
-        mlflow.set_tag("error", f"{type(error).__name__}: {error}"[:4000])
-        mlflow.end_run(status="FAILED")
-        raise
-    mlflow.end_run()
-
-
 def _train_child(world: distributed.World, dataset, model: str, run_config: TrainConfig, run: dict,
                  planned: Planned, path: Path, run_id: str) -> FitResult:
-    """Train one (model, seed) inside its active child run: the params of ``run`` (records.child_run; a new
-    run; a resumed one loses the error tag of a crash), the epochs a resumed checkpoint holds that the run
-    lacks, config.json, per-epoch metrics (step = epoch, 1-based), then the result."""
-    import mlflow
-
-    client = mlflow.MlflowClient()
-    if planned.child_id is None:
-        mlflow.log_params(run["params"])
-    elif "error" in client.get_run(run_id).data.tags:  # a crashed run resumed: its error is history
-        client.delete_tag(run_id, "error")
-    logged = {metric.step for metric in client.get_metric_history(run_id, "valid_auc")}
-    for epoch, row in enumerate(planned.history, start=1):
-        if epoch not in logged:
-            mlflow.log_metrics(row, step=epoch)
-    mlflow.log_dict(run["config"], "config.json")
-    result = fit(dataset, model, run_config,
-                 on_epoch=lambda epoch, metrics: mlflow.log_metrics(metrics, step=epoch + 1),
+    """Train one (model, seed) inside its active child run (prepared by runs.prepare_child), per-epoch
+    metrics at step = epoch (1-based), then the result."""
+    runs.prepare_child(run_id, run, planned.child_id is None, planned.history)
+    result = fit(dataset, model, run_config, on_epoch=lambda epoch, metrics: runs.log_epoch(metrics, epoch + 1),
                  checkpoint_path=path, resume=planned.action == RESUME, world=world)
-    _log_result(result, f"{dataset.name} {model} seed {run_config.seed}")
-    return result
-
-
-def _log_result(result: FitResult, title: str) -> None:
-    import mlflow
-
-    mlflow.log_metrics(final_metrics(result))
-    mlflow.log_dict(case_ranks_entry(result), CASE_RANKS_ARTIFACT)
-    mlflow.log_figure(learning_curve(result.history, title, result.best_epoch), "learning_curve.png")
+    # the one validation row of a recommender that does not train is no curve
+    runs.log_result(result, f"{dataset.name} {model} seed {run_config.seed}", curve=trains(model))
     print(f"    test AUC {result.test['auc']:.4f}  Hit@10 {result.test['hit_10']:.4f}  "
           f"best epoch {result.best_epoch}/{result.epochs_run}  "
           f"{result.train_tokens_per_s:,.0f} tokens/s  {result.wall_seconds:.1f} s")
-
-
-def _log_comparison(experiment: str, parent_id: str, dataset_name: str) -> str:
-    """Log onto the active parent run the comparison of its finished children: metrics
-    ``test_<metric>_mean/<model>``, ``test_auc_ci_low|high/<model>``, ``n_seeds/<model>`` and
-    ``n_test_users/<model>``; artifacts auc.md, auc.csv, auc.png (sorted, 95% intervals over test users, n)
-    and learning_curves.png (every model on shared axes, best epochs starred). Returns the Markdown table."""
-    import mlflow
-
-    client = mlflow.MlflowClient()
-    children = mlflow.search_runs([experiment], order_by=["tags.model", "tags.seed"],
-                                  filter_string=f"tags.prism_rec_role = 'child' and tags.mlflow.parentRunId = "
-                                                f"'{parent_id}' and attributes.status = 'FINISHED'")
-    summary = with_test_user_intervals(summarise(children), children)
-    metrics = {}
-    for _, row in summary.iterrows():
-        model = row["model"]
-        metrics.update({f"test_{name}_mean/{model}": row[f"{name}_mean"] for name in METRIC_NAMES})
-        metrics.update({f"n_seeds/{model}": row["n_seeds"], f"n_test_users/{model}": row["n_users"],
-                        f"test_auc_ci_low/{model}": row["auc_ci_low"], f"test_auc_ci_high/{model}": row["auc_ci_high"]})
-    mlflow.log_metrics({key: float(value) for key, value in metrics.items() if value == value})  # NaN: unknown
-    histories = {}
-    for _, child in children.iterrows():
-        rows = {name: client.get_metric_history(child["run_id"], name) for name in ("train_loss", "valid_auc")}
-        history = [{"train_loss": loss.value, "valid_auc": auc.value} for loss, auc in
-                   zip(sorted(rows["train_loss"], key=lambda m: m.step),
-                       sorted(rows["valid_auc"], key=lambda m: m.step))]
-        histories.setdefault(child["tags.model"], []).append((history, int(child["metrics.best_epoch"])))
-    table = f"# {dataset_name}: this bench's test metrics\n\n{spread_note(summary)}\n\n{markdown_table(summary)}\n"
-    with tempfile.TemporaryDirectory() as folder:
-        (Path(folder) / "auc.md").write_text(table)
-        summary.to_csv(Path(folder) / "auc.csv", index=False, float_format="%.6f")
-        auc_bar_chart(summary, f"{dataset_name}: full-ranking test AUC", Path(folder) / "auc.png")
-        mlflow.log_artifacts(folder)
-    mlflow.log_figure(learning_curves(histories, f"{dataset_name}: learning curves of this bench"),
-                      "learning_curves.png")
-    return table
+    return result
 
 
 def _train_silently(world: distributed.World, dataset, keys: list[tuple[str, int]], config: TrainConfig,
@@ -428,15 +322,11 @@ def _plan(experiment: str, bench_hash: str, keys: list[tuple[str, int]], run_has
     """The parent run to reopen (None: a new one) and what to do with each (model, seed) that is not
     trained from scratch. Refuses a run that a live process of this host trains, a checkpoint without
     ``resume``, and an unreadable or foreign checkpoint, each with a message naming it."""
-    import mlflow
-
     hashes = {run_hash_for(*key): key for key in keys}
-    running = mlflow.search_runs([experiment], filter_string="attributes.status = 'RUNNING' and "
-                                 f"tags.prism_rec_role = 'child' and tags.prism_rec_host = '{socket.gethostname()}'")
-    for _, run in running.iterrows():  # runs of dead processes were marked KILLED just before
-        if run["tags.config_hash"] in hashes:
-            model, seed = hashes[run["tags.config_hash"]]
-            raise ValueError(f"{model} seed {seed} is being trained by process {run['tags.prism_rec_pid']} "
+    for run in runs.running_children(experiment, socket.gethostname()):  # dead processes' were marked KILLED
+        if run["config_hash"] in hashes:
+            model, seed = hashes[run["config_hash"]]
+            raise ValueError(f"{model} seed {seed} is being trained by process {run['pid']} "
                              f"(MLflow run {run['run_id']}); wait for it or stop it")
     checkpoints = {key: checkpoint_for(*key) for key in keys if checkpoint_for(*key).exists()}
     if not resume:
@@ -445,20 +335,12 @@ def _plan(experiment: str, bench_hash: str, keys: list[tuple[str, int]], run_has
                               f"checkpoint ({', '.join(map(str, checkpoints.values()))}); continue with --resume "
                               "(make bench ... RESUME=1), or delete the file(s) to train from scratch")
         return None, {}
-    parents = mlflow.search_runs(
-        experiment_ids=[experiment], max_results=1, order_by=["attributes.start_time DESC"],
-        filter_string=f"tags.prism_rec_role = 'parent' and tags.config_hash = '{bench_hash}' "
-                      "and attributes.status = 'KILLED'")
-    parent_id = None if parents.empty else parents["run_id"].iloc[0]
+    parent_id = runs.newest_killed_parent(experiment, bench_hash)
     children = {}
-    if parent_id is not None:
-        found = mlflow.search_runs(
-            experiment_ids=[experiment], order_by=["attributes.start_time DESC"],
-            filter_string=f"tags.prism_rec_role = 'child' and tags.mlflow.parentRunId = '{parent_id}'")
-        for _, child in found.iterrows():
-            key = hashes.get(child["tags.config_hash"])
-            if key is not None and key not in children:
-                children[key] = (child["status"], child["run_id"])
+    for child_hash, status, child_id in ([] if parent_id is None else runs.children_of(experiment, parent_id)):
+        key = hashes.get(child_hash)
+        if key is not None and key not in children:
+            children[key] = (status, child_id)
     plan = {}
     for key in keys:
         status, child_id = children.get(key, (None, None))

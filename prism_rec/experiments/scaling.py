@@ -19,6 +19,7 @@ import pandas as pd
 from ..files import write_atomically
 from ..paths import TEMPLATES_DIR
 from ..markdown import fill, pipe_table
+from ..tracking.runs import finished_children
 from ..tracking.store import experiment_id
 
 AUC_TOLERANCE = 1e-4  # the bound tests/training/test_ddp.py asserts for 2 gloo processes against 1 (dropout 0)
@@ -30,13 +31,7 @@ def newest_runs_by_world_size(dataset: str) -> pd.DataFrame:
     them the second-newest single-process run of each (model, settings hash) where there is one, flagged
     ``repeat``: the same command run again at the same commit on the same machine, whose gap to the
     newest is the run-to-run spread."""
-    import mlflow
-
-    runs = mlflow.search_runs(
-        experiment_ids=[experiment_id(dataset)],
-        filter_string="tags.prism_rec_role = 'child' and attributes.status = 'FINISHED'",
-        order_by=["attributes.start_time DESC"],
-    )
+    runs = finished_children(experiment_id(dataset))
     if runs.empty:
         raise ValueError(f"option --dataset: no finished runs of {dataset!r} in the tracking store")
     runs["world_size"] = runs["tags.world_size"].astype(int)

@@ -1,4 +1,4 @@
-"""The split question of issue 18: how far the authors' global time split moves the numbers.
+"""The split question: how far the authors' global time split moves the numbers.
 
 The authors' code (gpr-prism/prism, rec/) splits a dataset by time over all users at once (the first
 70% of interactions by timestamp train, the next 15% validate, the last 15% test), while the paper's text
@@ -29,16 +29,16 @@ import numpy as np
 from . import tuning
 from .. import registry
 from ..tracking.case_ranks import decode
+from ..tracking.cells import Cell, seeds_text
 from ..data.sources import load_dataset
 from ..files import read_jsonl, write_atomically
 from .headline.driver import HeadlineJob, manifest_entry, train_cell
-from .headline.report import seeds_text
 from .headline.protocol import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL, SEEDS, training_config
 from .campaign import (Campaign, Executor, LocalExecutor, Manifest, Status, add_grid_run_options, checkpoint_dir,
                        deadline_after, executor_from_args)
 from ..paths import RESULTS_DIR, TEMPLATES_DIR
 from ..tracking.records import append_jsonl, run_hash
-from ..tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
+from ..tracking.bootstrap import paired_difference, verdict
 from ..markdown import fill, pipe_table
 
 DATASETS = ("ml-100k", "movies-long")
@@ -111,25 +111,26 @@ def per_user_auc(case_ranks: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return users, np.bincount(index, weights=ranks.auc()) / cases, cases
 
 
-def _cells(manifest: list[dict], case_ranks: dict[str, dict], split: str) -> dict[tuple[str, str], dict]:
-    """(dataset, model) -> {"auc": [seeds], "users": [U], "cases": [U], "per_user": [S, U]} of the runs of
-    ``split``."""
-    cells: dict[tuple[str, str], dict] = {}
+def _cells(manifest: list[dict], case_ranks: dict[str, dict], split: str) -> dict[tuple[str, str], Cell]:
+    """(dataset, model) -> the cell of the runs of ``split`` with case ranks: per-user AUC [S, U] over the
+    sorted test users, each user weighted by their test cases [U]."""
+    found: dict[tuple[str, str], tuple[list, np.ndarray, np.ndarray, list]] = {}
     for entry in sorted(manifest, key=lambda e: e["seed"]):
         key = (entry["dataset"], entry["model"])
         if key[0] not in DATASETS or key[1] not in MODELS or entry["record_id"] not in case_ranks:
             continue
         users, values, cases = per_user_auc(case_ranks[entry["record_id"]])
-        cell = cells.setdefault(key, {"auc": [], "users": users, "cases": cases, "per_user": []})
-        if not np.array_equal(users, cell["users"]):
+        runs, first_users, _, rows = found.setdefault(key, ([], users, cases, []))
+        if not np.array_equal(users, first_users):
             raise ValueError(f"{key[0]}/{key[1]} ({split}): seeds were tested on different users")
-        cell["auc"].append(entry["test_auc"])
-        cell["per_user"].append(values)
-    return cells
+        runs.append(entry)
+        rows.append(values)
+    return {key: Cell(*key, runs, len(runs), per_user=np.stack(rows), cases=cases)
+            for key, (runs, _, cases, rows) in found.items()}
 
 
 def _ranks(cells: dict, dataset: str) -> dict[str, int]:
-    means = {model: np.mean(cells[(dataset, model)]["auc"]) for model in MODELS if (dataset, model) in cells}
+    means = {model: cells[(dataset, model)].mean for model in MODELS if (dataset, model) in cells}
     return {model: position for position, model in enumerate(sorted(means, key=means.get, reverse=True), 1)}
 
 
@@ -138,9 +139,8 @@ def _summary(splits: dict[str, dict], dataset: str, changed: list[str]) -> str:
     both = [m for m in MODELS if all((dataset, m) in cells for cells in splits.values())]
     if not both:
         return "No backbone has runs under both splits yet."
-    orders = {split: sorted(both, key=lambda m: -np.mean(cells[(dataset, m)]["auc"])) for split,
-              cells in splits.items()}
-    shifts = [np.mean(splits["time"][(dataset, m)]["auc"]) - np.mean(splits["loo"][(dataset, m)]["auc"]) for m in both]
+    orders = {split: sorted(both, key=lambda m: -cells[(dataset, m)].mean) for split, cells in splits.items()}
+    shifts = [splits["time"][(dataset, m)].mean - splits["loo"][(dataset, m)].mean for m in both]
     return fill(TEMPLATES_DIR / "split_summary.md", backbones=len(both), loo_order=" > ".join(orders["loo"]),
                 time_order=" > ".join(orders["time"]), other=split_label(dataset),
                 same_order="the same" if orders["loo"] == orders["time"] else "a different order",
@@ -168,11 +168,11 @@ def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
                 if cell is None:
                     row += ["missing", "—", "—"]
                     continue
-                low, high = bootstrap_mean_ci(np.stack(cell["per_user"]), cases=cell["cases"])
-                row += [seeds_text(cell["auc"], expected=len(cell["auc"])), f"[{low:.4f}, {high:.4f}]",
+                low, high = cell.interval()
+                row += [seeds_text(cell.aucs, cell.expected), f"[{low:.4f}, {high:.4f}]",
                         str(ranks[split][model])]
             both = [splits[s].get((dataset, model)) for s in ("loo", "time")]
-            row.append(f"{np.mean(both[1]['auc']) - np.mean(both[0]['auc']):+.4f}" if all(both) else "—")
+            row.append(f"{both[1].mean - both[0].mean:+.4f}" if all(both) else "—")
             rows.append(row)
         other = split_label(dataset)
         word = other.split()[0]
@@ -191,8 +191,7 @@ def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
                 if first is None or second is None:
                     row.append("missing")
                     continue
-                difference = paired_difference(np.stack(first["per_user"]), np.stack(second["per_user"]),
-                                               cases=first["cases"])
+                difference = paired_difference(first.per_user, second.per_user, cases=first.cases)
                 words = "✱" if difference.significant else f", {verdict(difference)}"
                 row.append(f"{difference.mean:+.4f} [{difference.low:+.4f}, {difference.high:+.4f}]{words}")
                 signs.append(int(np.sign(difference.mean)) if difference.significant else 0)

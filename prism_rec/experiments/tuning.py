@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..registry import backbone_entry
+from ..registry import backbone_entry, trains
 
 LR_GRID = (3e-4, 1e-3, 3e-3)  # headline v2's fixed grid
 V3_START = (3e-4, 1e-3, 3e-3, 1e-2)
 RATE_LADDER = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)  # a factor of about 3 a step: the extension's reach
 TUNING_SEED = 0
-UNTRAINED = ("pop",)
 PRESET_BASES = {"prism": "prism-"}  # base backbone: name prefix of its presets (same factory, other defaults)
 
 
@@ -134,7 +133,7 @@ def valid_auc_by_rate(entries: list[dict]) -> dict[tuple[str, str], dict[float, 
     seen: dict[tuple[str, str], dict[float, float]] = {}
     for entry in entries:
         model = entry["model"]
-        if entry["seed"] == TUNING_SEED and model not in UNTRAINED and model == tuning_base(model):
+        if entry["seed"] == TUNING_SEED and trains(model) and model == tuning_base(model):
             seen.setdefault((entry["dataset"], entry["model"]), {})[float(entry["lr"])] = entry["best_valid_auc"]
     return seen
 
@@ -189,6 +188,6 @@ def selected_entries(entries: list[dict], grid: TuningGrid | tuple[float, ...] =
     for entry in entries:
         if entry.get("diverged"):  # at a losing rate unless every rate diverged; never a table row
             continue
-        if entry["model"] in UNTRAINED or float(entry["lr"]) == rate_for(entry["dataset"], entry["model"], choices):
+        if not trains(entry["model"]) or float(entry["lr"]) == rate_for(entry["dataset"], entry["model"], choices):
             newest[(entry["dataset"], entry["model"], entry["seed"])] = entry
     return list(newest.values())

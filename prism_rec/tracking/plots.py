@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen befor
 import pandas as pd  # noqa: E402
 
 from ..files import write_figure_atomically  # noqa: E402
+from .cells import runs_label  # noqa: E402
 
 
 def learning_curve(history: list[dict], title: str, best_epoch: int | None = None) -> plt.Figure:
@@ -23,10 +24,11 @@ def learning_curve(history: list[dict], title: str, best_epoch: int | None = Non
 def learning_curves(runs: dict[str, list[tuple[list[dict], int | None]]], title: str) -> plt.Figure:
     """Train loss and validation AUC per epoch (1-based) of every model in ``runs`` ({model: [(history,
     best epoch), one per seed]}) on one pair of shared axes, a colour per model, a star on the validation
-    AUC of each run's best epoch (the weights its test metrics come from)."""
+    AUC of each run's best epoch (the weights its test metrics come from). A run without history (one that
+    does not train, such as pop) draws nothing."""
     figure, (loss_axes, auc_axes) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
     for colour, (model, seeds) in zip(_colours(len(runs)), runs.items()):
-        for index, (history, best_epoch) in enumerate(seeds):
+        for index, (history, best_epoch) in enumerate(seed for seed in seeds if seed[0]):  # runs with history
             epochs = range(1, len(history) + 1)
             label = model if index == 0 and model else None
             loss_axes.plot(epochs, [row["train_loss"] for row in history], marker=".", color=colour, label=label)
@@ -76,7 +78,7 @@ def auc_bar_chart(summary: pd.DataFrame, title: str, path: Path, caption: str = 
     axes.barh(ordered["model"], means - CHANCE_AUC, left=CHANCE_AUC, xerr=[below, above], capsize=3,
               color="tab:blue", alpha=0.8)
     for position, row in ordered.iterrows():
-        n = f"n = {row['n_seeds']} seed{'s' if row['n_seeds'] > 1 else ''}"
+        n = runs_label(row["model"], row["n_seeds"])
         if "n_users" in ordered and pd.notna(row["n_users"]):
             n += f", {int(row['n_users']):,} users"
         axes.annotate(f"{row['auc_mean']:.4f}  ({n})", (means[position] + above[position], position), va="center",

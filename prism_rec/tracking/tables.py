@@ -1,7 +1,7 @@
-"""AUC tables and chart: one row (bar) per model, the mean over seeds with its std (where there are several)
-and a 95% bootstrap interval over test users, from the runs in the MLflow store. ``prism-rec bench`` and
-``prism-rec tables`` write into results/local/ (git-ignored): results/<dataset>/ holds the published
-tables of the headline report (headline/report.py), which a user's runs never replace."""
+"""AUC tables and chart: one row (bar) per model (a cell, cells.py), the mean over seeds with its std (where
+there are several) and a 95% bootstrap interval over test users, from the runs in the MLflow store.
+``prism-rec bench`` and ``prism-rec tables`` write into results/local/ (git-ignored): results/<dataset>/
+holds the published tables of the headline report (headline/report/), which a user's runs never replace."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from .case_ranks import decode
 from ..training.metrics import METRIC_NAMES
 from .records import CASE_RANKS_ARTIFACT
 from .plots import auc_bar_chart
-from .bootstrap import bootstrap_mean_ci
+from .cells import Cell, runs_label
 from ..paths import RESULTS_DIR
+from ..registry import trains
 from .store import experiment_id
 
 LOCAL_RESULTS_DIR = RESULTS_DIR / "local"  # a user's benches (git-ignored)
@@ -57,46 +58,55 @@ def finished_child_runs(experiment: str) -> tuple[pd.DataFrame, int]:
     return same_protocol.drop_duplicates(["tags.model", "tags.seed"], keep="first"), len(runs) - len(same_protocol)
 
 
-def summarise(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean and std over seeds per model: columns <metric>_mean, <metric>_std, n_seeds, n_parameters."""
-    rows = []
+def store_cells(runs: pd.DataFrame, dataset: str = "") -> list[Cell]:
+    """One cell per model of ``runs`` (MLflow child runs; models sorted, runs in the frame's order), each run
+    {"run_id", "n_parameters", "test_<metric>"}."""
+    cells = []
     for model, group in runs.groupby("tags.model", sort=True):
-        row = {"model": model, "n_seeds": len(group),
-               "n_parameters": int(group["metrics.n_parameters"].iloc[0])}
-        for name in METRIC_NAMES:
-            values = group[f"metrics.test_{name}"].to_numpy(dtype=float)
-            row[f"{name}_mean"] = values.mean()
-            row[f"{name}_std"] = values.std(ddof=1) if len(values) > 1 else float("nan")
-        rows.append(row)
-    return pd.DataFrame(rows)
+        rows = [{"run_id": row.get("run_id"), "n_parameters": row["metrics.n_parameters"],
+                 **{f"test_{name}": row[f"metrics.test_{name}"] for name in METRIC_NAMES}}
+                for _, row in group.iterrows()]
+        cells.append(Cell(dataset, model, rows, len(rows)))
+    return cells
 
 
-def with_test_user_intervals(summary: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """``summary`` plus n_users, auc_ci_low and auc_ci_high: the 95% bootstrap interval over test users of
-    the seed-averaged per-user AUC (stats.bootstrap_mean_ci) from each run's case-ranks artifact. A model
-    whose runs lack it, or ranked different users, keeps NaN there."""
+def with_test_user_ranks(cells: list[Cell]) -> list[Cell]:
+    """``cells`` with the per-user AUC of their runs (each run's case-ranks artifact, users sorted) and its
+    95% bootstrap interval over test users; a cell whose runs lack it, or ranked different users, keeps None."""
     import mlflow
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per run read is noise
-    columns = {"n_users": [], "auc_ci_low": [], "auc_ci_high": []}
-    for model in summary["model"]:
+    for cell in cells:
         per_user = []
-        for run_id in runs.loc[runs["tags.model"] == model, "run_id"]:
+        for run in cell.runs:
             try:
-                cases = decode(mlflow.artifacts.load_dict(f"runs:/{run_id}/{CASE_RANKS_ARTIFACT}"), run_id)
+                cases = decode(mlflow.artifacts.load_dict(f"runs:/{run['run_id']}/{CASE_RANKS_ARTIFACT}"),
+                               run["run_id"])
             except (OSError, ValueError, mlflow.exceptions.MlflowException):
                 break
             order = np.argsort(cases.users, kind="stable")
             per_user.append((cases.users[order], cases.auc()[order]))
-        if not per_user or len(per_user) < (runs["tags.model"] == model).sum() or any(
-                not np.array_equal(users, per_user[0][0]) for users, _ in per_user):
-            interval, users = (np.nan, np.nan), np.nan
-        else:
-            interval, users = bootstrap_mean_ci(np.stack([auc for _, auc in per_user])), len(per_user[0][0])
-        columns["n_users"].append(users)
-        columns["auc_ci_low"].append(interval[0])
-        columns["auc_ci_high"].append(interval[1])
-    return summary.assign(**columns)
+        if len(per_user) == len(cell.runs) and all(np.array_equal(users, per_user[0][0]) for users, _ in per_user):
+            cell.per_user = np.stack([auc for _, auc in per_user])
+            cell.ci = cell.interval()
+    return cells
+
+
+def summarise(cells: list[Cell], intervals: bool = False) -> pd.DataFrame:
+    """A row per cell: model, n_seeds, n_parameters, <metric>_mean and <metric>_std over seeds; with
+    ``intervals`` also n_users, auc_ci_low and auc_ci_high (NaN for a cell without per-user AUC)."""
+    rows = []
+    for cell in cells:
+        row = {"model": cell.model, "n_seeds": len(cell.runs), "n_parameters": int(cell.runs[0]["n_parameters"])}
+        for name in METRIC_NAMES:
+            row[f"{name}_mean"] = cell.metric_mean(name)
+            row[f"{name}_std"] = cell.metric_std(name)
+        if intervals:
+            low, high = cell.ci if cell.ci else (np.nan, np.nan)
+            row.update(n_users=np.nan if cell.per_user is None else cell.per_user.shape[1], auc_ci_low=low,
+                       auc_ci_high=high)
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def markdown_table(summary: pd.DataFrame) -> str:
@@ -117,15 +127,19 @@ def markdown_table(summary: pd.DataFrame) -> str:
         if intervals:
             cells[2:2] = ["—" if np.isnan(row["auc_ci_low"]) else
                           f"[{row['auc_ci_low']:.4f}, {row['auc_ci_high']:.4f}] ({int(row['n_users']):,} users)"]
-        cells += [f"{row['n_parameters']:,}", str(row["n_seeds"])]
+        seeds = str(row["n_seeds"]) if trains(row["model"]) else runs_label(row["model"], row["n_seeds"])
+        cells += [f"{row['n_parameters']:,}", seeds]
         rows.append(cells)
     return pipe_table(header, rows, align="l" * len(header))
 
 
 def spread_note(summary: pd.DataFrame) -> str:
     """What the ± and the interval of a table mean, with one seed per model said as such."""
-    seeds = ("One seed per model: no std over seeds (pass --seeds N for one)." if (summary["n_seeds"] == 1).all()
+    trained = summary[[trains(model) for model in summary["model"]]]
+    seeds = ("One seed per model: no std over seeds (pass --seeds N for one)." if (trained["n_seeds"] == 1).all()
              else "Mean ± sample std over seeds (a model with one seed has no ±).")
+    if len(trained) < len(summary):
+        seeds += " A model that does not train (pop) is deterministic: one run."
     return (f"{seeds} The 95% CI is a bootstrap over test users of the seed-averaged per-user AUC; each test "
             "case ranks its target against all items (ties count 1/2 in AUC, against the target in Hit/NDCG). "
             "Best mean per column in bold.")
@@ -133,7 +147,7 @@ def spread_note(summary: pd.DataFrame) -> str:
 
 def table_folder(results_dir: Path, dataset: str) -> Path:
     """results/<dataset>, or results/<dataset>/store when results/<dataset>/auc.md is the headline report's
-    (headline/report.py, from the headline manifest only): a table from the store, which holds runs of any
+    (headline/report/, from the headline manifest only): a table from the store, which holds runs of any
     protocol, must not replace it."""
     folder = Path(results_dir) / dataset
     markdown = folder / "auc.md"
@@ -148,7 +162,7 @@ def write_tables(dataset: str, results_dir: Path = LOCAL_RESULTS_DIR) -> tuple[P
     runs, other_protocols = finished_child_runs(dataset)
     if runs.empty:
         raise ValueError(f"no finished runs for dataset {dataset!r} in the tracking store")
-    summary = with_test_user_intervals(summarise(runs), runs)
+    summary = summarise(with_test_user_ranks(store_cells(runs, dataset)), intervals=True)
     folder = table_folder(results_dir, dataset)
     folder.mkdir(parents=True, exist_ok=True)
     commands = sorted(set(runs["tags.command"].dropna()))

@@ -13,31 +13,41 @@ LOSSES = ("full", "sampled")
 PRECISIONS = ("bf16", "fp32")  # bf16: bf16 autocast on CUDA; fp32: fp32 everywhere, TF32 off (CPU is always fp32)
 
 
+def knob(default, help: str, choices: tuple | None = None, per_dataset: bool = False):
+    """A ``TrainConfig`` field with what ``prism-rec bench`` says of it: its help, its choices, and whether an
+    unset option takes the dataset's value (``per_dataset``) instead of ``default``. Bench's options are made
+    from these fields, so a new field is a new option."""
+    return field(default=default, metadata={"help": help, "choices": choices, "per_dataset": per_dataset})
+
+
 @dataclass
 class TrainConfig:
-    """Every knob of one training run; all of it is logged as MLflow params."""
+    """Every knob of one training run; all of it is logged as MLflow params. Fields made with :func:`knob`
+    are options of ``prism-rec bench`` (a bool that defaults to True is ``--no-<name>``)."""
 
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 2
-    dropout: float = 0.1
-    max_len: int = 200
-    batch_size: int = 128
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    epochs: int = 50
-    patience: int = 5
-    loss: str = "full"
-    n_negatives: int = 1024
-    eval_batch_size: int = 256
+    d_model: int = knob(64, "width of the item embeddings and of the backbone")
+    n_layers: int = knob(2, "backbone layers")
+    n_heads: int = knob(2, "heads of each backbone layer")
+    dropout: float = knob(0.1, "dropout rate")
+    max_len: int = knob(200, "training window (default: the dataset's)", per_dataset=True)
+    batch_size: int = knob(128, "training windows per step")
+    lr: float = knob(1e-3, "AdamW learning rate")
+    weight_decay: float = knob(0.0, "AdamW weight decay")
+    epochs: int = knob(50, "at most this many training epochs")
+    patience: int = knob(5, "stop once the best validation AUC is this many epochs old")
+    loss: str = knob("full", "full: cross-entropy over every item; sampled: over --n-negatives sampled items",
+                     LOSSES)
+    n_negatives: int = knob(1024, "negatives per position of the sampled loss")
+    eval_batch_size: int = knob(256, "histories per evaluation batch")
     seed: int = 0
-    device: str = "auto"
-    progress: bool = True
+    device: str = knob("auto", "auto (CUDA when present), cpu, cuda, cuda:N")
+    progress: bool = knob(True, "no progress bars")
     backbone_options: dict = field(default_factory=dict)
-    precision: str = "bf16"
-    # the training step through torch.compile (prism_rec/training/compile.py): auto (the fastest mode verified for
-    # the backbone on CUDA, eager elsewhere), off, inductor, cudagraphs, graphs
-    compile: str = "auto"
+    precision: str = knob("bf16", "bf16: bf16 autocast on CUDA (default); fp32: fp32 with TF32 off (CPU is always "
+                                  "fp32)", PRECISIONS)
+    compile: str = knob("auto", "the training step through torch.compile (prism_rec/training/compile.py): auto (the "
+                                "fastest mode verified for the backbone on CUDA, eager elsewhere), off, or a mode",
+                        COMPILE_MODES)
 
     def validate(self) -> None:
         if self.loss not in LOSSES:

@@ -27,7 +27,7 @@ from ..data.batching import training_windows
 from ..data.core import ProcessedDataset
 from ..models.popularity import PopularityRecommender, training_counts
 from ..models.recommender import SequentialRecommender
-from ..registry import backbone_entry
+from ..registry import trains
 from .checkpoint import (CHECKPOINT_FORMAT, StopRequest, capture_rng, data_signature, read_checkpoint, restore_rng,
                          save_atomically)
 from .compile import auto_compile
@@ -40,9 +40,9 @@ from .step import TrainingStep, to_device, trained_positions
 
 def build_model(dataset: ProcessedDataset, backbone: str,
                 config: TrainConfig) -> SequentialRecommender | PopularityRecommender:
-    """The recommender of ``backbone``: a ``SequentialRecommender`` around it, or for a popularity ranker
-    (``pop``) the dataset's training counts."""
-    if getattr(backbone_entry(backbone).factory, "ranks_by_popularity", False):
+    """The recommender of ``backbone``: a ``SequentialRecommender`` around it, or for one that does not train
+    (``registry.trains``: ``pop``) the dataset's training counts."""
+    if not trains(backbone):
         return PopularityRecommender(training_counts(dataset))
     return SequentialRecommender(
         dataset.n_items, backbone, d_model=config.d_model, max_len=config.max_len, dropout=config.dropout,

@@ -84,7 +84,7 @@ def test_bench_logs_runs_and_writes_table(store, tiny, run_cli):
 
 
 def test_params_name_every_backbone_option_with_its_default():
-    from prism_rec.experiments.bench import run_settings
+    from prism_rec.tracking.records import run_settings
 
     params = run_settings("prism", TrainConfig(device="auto", backbone_options={"L": 2}), torch.device("cpu"))
     assert params["device"] == "cpu" and params["precision"] == "fp32" and params["compile"] == "off"
@@ -99,6 +99,29 @@ def test_one_seed_is_said_as_such_and_logged_as_a_count(store, tiny, run_cli):
     assert parent["params.seeds"] == "1" and parent["params.seed_values"] == "0"
     table = mlflow.artifacts.load_text(f"runs:/{parent['run_id']}/auc.md")
     assert "One seed per model: no std over seeds" in table and " ± " not in table
+
+
+def test_pop_beside_a_trained_backbone_runs_once_and_is_labelled_deterministic(store, tiny, run_cli):
+    result = run_cli("bench", "--models", "sasrec,pop", "--seeds", "2", "--epochs", "1",
+                     "--results-dir", str(store / "r"), *tiny, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "[3/3] pop seed 0" in result.stdout and "pop seed 1" not in result.stdout  # deterministic: one run
+    runs = mlflow.search_runs(experiment_names=["ml-100k"])
+    children = runs[runs["tags.prism_rec_role"] == "child"]
+    assert sorted(children["tags.mlflow.runName"]) == ["pop-s0", "sasrec-s0", "sasrec-s1"]
+    assert set(runs["status"]) == {"FINISHED"}
+    table = (store / "r" / "ml-100k" / "auc.md").read_text()
+    pop_row = next(line for line in table.splitlines() if line.startswith("| pop |"))
+    sasrec_row = next(line for line in table.splitlines() if line.startswith("| sasrec |"))
+    assert pop_row.rstrip(" |").endswith("| deterministic, 1 run") and " ± " not in pop_row
+    assert sasrec_row.rstrip(" |").endswith("| 2") and " ± " in sasrec_row
+    assert "A model that does not train (pop) is deterministic: one run." in table
+    pop_id = children.loc[children["tags.model"] == "pop", "run_id"].iloc[0]
+    assert {a.path for a in mlflow.MlflowClient().list_artifacts(pop_id)} == {"config.json", "case_ranks.json"}
+    parent = runs[runs["tags.prism_rec_role"] == "parent"].iloc[0]
+    assert parent["metrics.n_seeds/pop"] == 1 and parent["metrics.n_seeds/sasrec"] == 2
+    comparison = mlflow.artifacts.load_text(f"runs:/{parent['run_id']}/auc.md")
+    assert "| deterministic, 1 run |" in comparison
 
 
 def test_crashing_training_marks_run_failed_and_the_others_still_run(store, tiny, monkeypatch, capsys):
@@ -190,3 +213,29 @@ def test_threads_auto_keeps_the_count_that_omp_num_threads_set(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # torchrun sets it; so does the store fixture
     monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))
     assert cpu_threads("auto") == torch.get_num_threads()
+
+
+def test_bench_options_are_made_from_train_config_fields(monkeypatch, capsys):
+    import dataclasses
+
+    from prism_rec import cli, registry
+    from prism_rec.training.config import knob
+
+    def parsed(*args):
+        return cli.build_parser().parse_args(["bench", *args])
+
+    source = registry.get_dataset("ml-100k")
+    plain = cli.train_config(parsed(), source, backbone_options={})
+    assert plain == TrainConfig(max_len=source.max_len)  # every default, the window the dataset's
+    given = cli.train_config(parsed("--max-len", "9", "--compile", "off", "--no-progress", "--lr", "0.01"), source)
+    assert (given.max_len, given.compile, given.progress, given.lr) == (9, "off", False, 0.01)
+
+    @dataclasses.dataclass
+    class WithANewField(TrainConfig):
+        warmup_steps: int = knob(0, "linear warm-up steps of the learning rate")
+
+    monkeypatch.setattr(cli, "TrainConfig", WithANewField)
+    assert cli.train_config(parsed("--warmup-steps", "7"), source).warmup_steps == 7
+    with pytest.raises(SystemExit):
+        parsed("--help")
+    assert "--warmup-steps WARMUP_STEPS" in capsys.readouterr().out

@@ -18,7 +18,8 @@ from prism_rec.experiments.campaign import Status, merge_manifests
 from prism_rec.experiments.jobs import WorkerDevices, gpu_sharing, run_jobs
 from prism_rec.training.metrics import METRIC_NAMES
 from prism_rec.files import read_jsonl
-from prism_rec.tracking.records import import_records, make_record, read_records
+from prism_rec.tracking.records import make_record, read_records
+from prism_rec.tracking.runs import import_records
 from prism_rec.training.devices import check_devices
 
 DATA_OPTIONS = {"min_user_interactions": 5, "min_item_interactions": 5, "split": "loo", "dedup": "none",

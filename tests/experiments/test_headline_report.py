@@ -1,4 +1,4 @@
-"""The v2 headline report (headline/report.py) on a synthetic v2 manifest and case-ranks file built here:
+"""The v2 headline report (headline/report/) on a synthetic v2 manifest and case-ranks file built here:
 pop, tuning runs, presets, a plateau run, a capped run, a cell still tuning, missing cells, an old-protocol
 line, v1 means and a partial solo-throughput file."""
 
@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 
 from prism_rec.cli import main
-from prism_rec.experiments.headline import report
+from prism_rec.experiments.headline import protocol, report
+from prism_rec.experiments.headline.report import checks, cost, tables
+from prism_rec.experiments.headline.report.grid import build_grid
+from prism_rec.experiments.throughput.solo import SOLO_COLUMNS, SOLO_NAME
 from prism_rec.tracking import case_ranks
 from prism_rec.tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
 
@@ -69,13 +72,13 @@ def results(tmp_path):
     v1 = [{"dataset": ELECTRONICS, "model": "gated_deltanet", "seed": s, "test_auc": auc}
           for s, auc in enumerate((0.73, 0.61, 0.61))]
     (tmp_path / "v1" / "headline_manifest.jsonl").write_text("".join(json.dumps(e) + "\n" for e in v1))
-    (tmp_path / report.CASE_RANKS_NAME).write_text("".join(json.dumps(line) + "\n" for line in lines))
-    with open(tmp_path / report.SOLO_NAME, "w", newline="") as handle:
+    (tmp_path / protocol.CASE_RANKS_NAME).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with open(tmp_path / SOLO_NAME, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(report.SOLO_COLUMNS)
+        writer.writerow(SOLO_COLUMNS)
         for model, speed in (("sasrec", 90000), ("gated_deltanet", 120000), ("prism", 60000), ("prism-L1", 50000)):
-            writer.writerow([ELECTRONICS, model, speed, 3.0, 256, 50, 3666, "bf16", "NVIDIA H200",
-                             "prism-rec throughput"])
+            writer.writerow([ELECTRONICS, model, speed, 3.0, 4.0, 256, 50, 3666, "bf16", "NVIDIA H200",
+                             "prism-rec throughput", "off"])
     paths = report.write_results(manifest, tmp_path)
     return tmp_path, paths, manifest, lines
 
@@ -205,7 +208,7 @@ def test_ablation_v1_tuning_and_cost_sections(results):
 def test_the_tables_subcommand_writes_the_report(tmp_path, monkeypatch):
     manifest, lines = fixture_runs()
     (tmp_path / "m.jsonl").write_text("".join(json.dumps(e) + "\n" for e in manifest))
-    (tmp_path / report.CASE_RANKS_NAME).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (tmp_path / protocol.CASE_RANKS_NAME).write_text("".join(json.dumps(line) + "\n" for line in lines))
     monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
     main(["headline", "tables", "--manifest", str(tmp_path / "m.jsonl")])
     text = (tmp_path / "README.md").read_text()
@@ -219,15 +222,15 @@ def test_runs_of_one_dataset_must_share_their_test_users():
     entry = case_ranks.decode(lines[other]["case_ranks"])
     lines[other] = {**lines[other], "case_ranks": case_ranks.encode(entry.users + 1, entry.twice_rank, N_ITEMS)}
     with pytest.raises(ValueError, match="its test users differ from the other runs of electronics-gerec"):
-        report.build_grid(manifest, lines, n_resamples=100)
+        build_grid(manifest, lines, n_resamples=100)
 
 
 def test_a_run_without_case_ranks_has_no_interval_and_nothing_is_estimated():
     manifest, lines = fixture_runs()
     lines = [line for line in lines if not (line["model"] == "prism" and line["seed"] == 2)]
-    grid = report.build_grid(manifest, lines, n_resamples=100)
+    grid = build_grid(manifest, lines, n_resamples=100)
     assert grid.cell(ELECTRONICS, "prism").per_user is None
-    assert report.ci_text(grid.cell(ELECTRONICS, "prism")) == "missing (case ranks)"
+    assert tables.ci_text(grid.cell(ELECTRONICS, "prism")) == "missing (case ranks)"
     assert grid.paired(ELECTRONICS, "prism", "sasrec") == "no case ranks for prism"
 
 
@@ -239,8 +242,8 @@ def test_an_only_old_protocol_manifest_is_refused(tmp_path):
 def test_the_pareto_front_keeps_the_undominated_models():
     points = {"fast": (100.0, 0.70), "good": (10.0, 0.80), "both": (50.0, 0.75), "dominated": (40.0, 0.74),
               "tie": (50.0, 0.75)}
-    assert report.pareto_front(points) == ["fast", "both", "tie", "good"]
-    assert report.pareto_front({}) == []
+    assert cost.pareto_front(points) == ["fast", "both", "tie", "good"]
+    assert cost.pareto_front({}) == []
 
 
 def test_a_solo_step_far_above_its_backbones_median_is_suspect_and_left_out_of_the_plot():
@@ -252,31 +255,31 @@ def test_a_solo_step_far_above_its_backbones_median_is_suspect_and_left_out_of_t
     solo = {("ml-100k", "gated_deltanet"): row(19.0), ("yelp-iclrec", "gated_deltanet"): row(414.0),
             ("books-dealrec", "gated_deltanet"): row(18.8), ("ml-100k", "titans"): row(100.0),
             ("movies-long", "titans"): row(194.0), ("yelp-iclrec", "titans"): row(99.0)}
-    suspect = report.suspect_solo(solo)
+    suspect = cost.suspect_solo(solo)
     assert list(suspect) == [("yelp-iclrec", "gated_deltanet")] and suspect[("yelp-iclrec", "gated_deltanet")] > 20
-    assert report.suspect_solo(None) == {}
-    note = report.suspect_note(suspect)
+    assert cost.suspect_solo(None) == {}
+    note = cost.suspect_note(suspect)
     assert note.startswith("Suspect: 1 figure(s)") and "results/solo_checks.md" in note
-    assert "solo_checks" not in report.suspect_note({("ml-100k", "titans"): 5.0})  # nothing known of that one
+    assert "solo_checks" not in cost.suspect_note({("ml-100k", "titans"): 5.0})  # nothing known of that one
 
 
 def test_the_plateau_rule():
     floor = {"best_valid_auc": 0.60}
     base = {"best_valid_auc": 0.70, "best_epoch": 20, "epochs_run": 30, "epochs": 200, "patience": 10}
-    assert report.plateau_reason(base, floor) is None
-    assert report.plateau_reason({**base, "best_valid_auc": 0.6099}, floor).startswith("best valid AUC 0.6099")
-    assert report.plateau_reason({**base, "best_valid_auc": 0.55}, floor) is not None  # below the floor too
+    assert checks.plateau_reason(base, floor) is None
+    assert checks.plateau_reason({**base, "best_valid_auc": 0.6099}, floor).startswith("best valid AUC 0.6099")
+    assert checks.plateau_reason({**base, "best_valid_auc": 0.55}, floor) is not None  # below the floor too
     early = {**base, "best_epoch": 2, "epochs_run": 12}
-    assert report.plateau_reason(early, floor) == "best epoch 2, stopped by patience 10 after 12"
-    assert report.plateau_reason({**early, "epochs_run": 11}, floor) is None  # patience not yet exhausted
-    assert report.plateau_reason({**early, "best_valid_auc": 0.55},
+    assert checks.plateau_reason(early, floor) == "best epoch 2, stopped by patience 10 after 12"
+    assert checks.plateau_reason({**early, "epochs_run": 11}, floor) is None  # patience not yet exhausted
+    assert checks.plateau_reason({**early, "best_valid_auc": 0.55},
                                  None) == "best epoch 2, stopped by patience 10 after 12"
 
 
 def test_equal_means_share_their_average_rank():
-    d = report.DATASETS[0]
+    d = protocol.DATASETS[0]
     cells = {(d, "a"): [0.9], (d, "b"): [0.8], (d, "c"): [0.8], (d, "d"): [0.7]}
-    assert report.mean_ranks(cells,
+    assert tables.mean_ranks(cells,
                              ["a", "b", "c", "d"]) == {"a": (1.0, 1), "b": (2.5, 1), "c": (2.5, 1), "d": (4.0, 1)}
 
 
@@ -289,7 +292,7 @@ def test_the_same_seed_check_compares_runs_at_the_same_rate_only():
                 entry("prism-L0", 1, 0.80002, commit="def5678", compile="graphs"),
                 entry("gated_deltanet", 2, 0.7, lr=3e-3),
                 entry("prism-L0", 2, 0.6)]
-    line = report.same_seed_check(manifest, "prism-L0", "gated_deltanet", "the same model")
+    line = checks.same_seed_check(manifest, "prism-L0", "gated_deltanet", "the same model")
     assert line == ("**prism-L0 against gated_deltanet, seed by seed** (the same model): the same test AUC to every "
                     "digit in 1 of 2 runs; different in yelp-iclrec s1 (2.0e-05; commits def5678 and abc1234, "
                     "compile graphs and off) "
@@ -300,6 +303,6 @@ def test_the_sharing_note_counts_runs_by_how_they_shared_the_gpu():
     gpu = {"machine": "NVIDIA H200 (CUDA 13.0)"}  # as tracking.machine_description writes it
     manifest = [{**gpu, "jobs_per_device": 14.0}, {**gpu, "jobs_per_device": 12.0, "gpu_sharing": "mps"},
                 {**gpu, "jobs_per_device": 12.0, "gpu_sharing": "mps"}, {"machine": "cpu", "jobs_per_device": 4.0}]
-    note = report.gpu_sharing_note(manifest)
+    note = cost.gpu_sharing_note(manifest)
     assert "with 12 or 14 worker processes" in note
     assert "runs: 2 through a CUDA MPS server, 1 in time slices" in note

@@ -4,7 +4,7 @@ import pandas as pd
 
 from prism_rec.training.metrics import METRIC_NAMES
 from prism_rec.tracking import tables
-from prism_rec.tracking.tables import markdown_table, summarise
+from prism_rec.tracking.tables import markdown_table, store_cells, summarise
 
 
 def fake_runs():
@@ -19,7 +19,7 @@ def fake_runs():
 
 
 def test_summary_and_markdown_columns_line_up():
-    summary = summarise(fake_runs())
+    summary = summarise(store_cells(fake_runs()))
     assert summary["n_seeds"].tolist() == [2, 2]
     assert abs(summary.loc[1, "auc_std"] - pd.Series([0.7, 0.701]).std()) < 1e-12
     header, _, row_a, row_b = markdown_table(summary).splitlines()

@@ -27,7 +27,7 @@ as a client of an NVIDIA MPS server, which lets kernels of several processes run
 ``merge OUT A B`` joins manifests (or case-ranks files) of several calls, each record once.
 ``import DIR`` logs the records under DIR (a folder or one records file) into the MLflow store;
 ``tables`` writes results/README.md and results/<dataset>/auc.md, .csv, .png and pareto.png from the v2
-manifest and case-ranks files alone (headline/report.py), never from the store.
+manifest and case-ranks files alone (headline/report/), never from the store.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ from ..campaign import (Campaign, Executor, LocalExecutor, Manifest, Status, add
                         deadline_after, executor_from_args, merge_manifests)
 from ..jobs import gpu_sharing
 from ...options import resolve_models
-from ...tracking.records import RECORDS_SUFFIX, append_jsonl, import_records, make_record, run_hash
+from ...tracking.records import RECORDS_SUFFIX, append_jsonl, make_record, run_hash
+from ...tracking.runs import import_records
 from ...paths import RESULTS_DIR
 from ...tracking.store import provenance_tags
 from ...training.checkpoint import checkpoint_file
@@ -90,7 +91,7 @@ class HeadlineJob:
     @property
     def tunes(self) -> bool:
         """Whether this is a seed-0 run of a base backbone's rate grid (the runs that come first)."""
-        return (self.model not in tuning.UNTRAINED and self.config.seed == tuning.TUNING_SEED
+        return (registry.trains(self.model) and self.config.seed == tuning.TUNING_SEED
                 and tuning.tuning_base(self.model) == self.model)
 
 
@@ -265,8 +266,8 @@ class GridPlan:
                 for model in models:
                     if width.models is not None and model not in width.models:
                         continue
-                    rates = (UNTRAINED_RATE,) if model in tuning.UNTRAINED else self.grid.ladder or self.grid.start
-                    for seed in (seeds[:1] if model in tuning.UNTRAINED else seeds):
+                    rates = (UNTRAINED_RATE,) if not registry.trains(model) else self.grid.ladder or self.grid.start
+                    for seed in (seeds[:1] if not registry.trains(model) else seeds):
                         for lr in rates:
                             eager = {"compile": "off"} if model in eager_models else {}
                             config = training_config(name, model, seed, device, overrides | width.settings | eager, lr)
@@ -291,7 +292,7 @@ class GridPlan:
             rate = (tuning.rate_for(dataset, model, choices[width])
                     or tuning.rate_for(dataset, model, guesses[width]))
             tuned = job.tunes and (lr in self.grid.start or lr == extensions[width].get((dataset, model)))
-            wanted = model in tuning.UNTRAINED or tuned or lr == rate
+            wanted = not registry.trains(model) or tuned or lr == rate
             if wanted and (dataset, model, seed, job.run_hash) not in finished:
                 ready.append(job)
         return ready

@@ -1,6 +1,6 @@
-"""The headline benchmark's protocol (headline-v2): its datasets, seeds, settings and width, the files it
+"""The headline benchmark's protocol (headline-v2): its datasets, seeds and settings, the files it
 writes, and the training settings of one cell; shared by the runs (headline/driver.py), the reports
-(headline/report.py) and the later protocol (headline/v3.py)."""
+(headline/report/) and the later protocol (headline/v3.py)."""
 
 from __future__ import annotations
 

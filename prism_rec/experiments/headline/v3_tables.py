@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ... import registry
 from .. import tuning
 from ...files import read_jsonl, write_atomically
 from ...markdown import pipe_table
@@ -24,7 +25,8 @@ from ...statistics import ALPHA, POWER
 from ...tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
 from ...tracking.case_ranks import decode
 from .protocol import CASE_RANKS_NAME, DATASETS, PROTOCOL, V2, WIDTH, width_of
-from .report import FLOOR, Cell, _aligned, model_order, seeds_text
+from ...tracking.cells import Cell, seeds_text
+from .report.grid import FLOOR, _aligned, model_order
 from .v3 import V3, WIDE_DATASETS
 from .verdicts import N_MOST, N_START, family
 
@@ -42,7 +44,7 @@ def cells_of(entries: list[dict], ranks: dict[str, dict], grid, seeds: int) -> d
             selected[(entry["dataset"], entry["model"])].append(entry)
     cells = {}
     for (dataset, model), runs in selected.items():
-        cell = Cell(dataset, model, runs, 1 if model in tuning.UNTRAINED else seeds)
+        cell = Cell(dataset, model, runs, seeds if registry.trains(model) else 1)
         rows = [ranks.get(run["record_id"]) for run in runs]
         if all(row is not None for row in rows):
             cell.per_user = np.stack([_aligned(decode(row["case_ranks"], f"case ranks of record {row['record_id']}"))[1]
@@ -119,7 +121,7 @@ def auc_table(cells: dict, v2_cells: dict, models: list[str], dataset: str) -> t
         if cell is None:
             continue
         ci = bootstrap_mean_ci(cell.per_user) if cell.per_user is not None else None
-        rate = "—" if model in tuning.UNTRAINED else ", ".join(sorted({f"{r['lr']:g}" for r in cell.runs}))
+        rate = "—" if not registry.trains(model) else ", ".join(sorted({f"{r['lr']:g}" for r in cell.runs}))
         old = before.get(model)
         moved += old is not None and model in ranks and old != ranks[model]
         rows.append([model, seeds_text(cell.aucs, cell.expected), "missing" if ci is None else

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import statistics as seedstats
-from .report import PAPER_COLUMNS, PAPER_TABLE2
+from .report.tables import PAPER_COLUMNS, PAPER_TABLE2
 
 N_START = 10_000
 N_MOST = 160_000

@@ -1,4 +1,4 @@
-"""The probes v2 grid (issue 24), in the order it is run: 3 seeds, both profiles, every task, the eight
+"""The probes v2 grid, in the order it is run: 3 seeds, both profiles, every task, the eight
 models, and a length sweep of local XOR.
 
 Priority (``grid_runs``; each tier seed-outermost, so a whole seed of a tier finishes before the next):

@@ -1,7 +1,7 @@
 """The manifest of finished probe runs (``probes_manifest.jsonl``, one JSON line per run) and run identities.
 
 A run is found again by its identity: task, model spec, seed, every setting, the task's format version and
-the probe protocol. ``PROTOCOL`` 2 (issue 24): every backbone at its reference initialisation
+the probe protocol. ``PROTOCOL`` 2: every backbone at its reference initialisation
 (``prism_rec/models/init.py``), the authors' bias-free head, the loss and accuracy read at the final token only.
 Runs written before it carry no protocol (1) and are never taken for protocol-2 runs.
 """

@@ -25,6 +25,7 @@ import torch
 from ...training.checkpoint import save_atomically
 from ...training.compile import resolve_compile
 from ..campaign import Campaign, Executor, LocalExecutor, Manifest, Status, deadline_after
+from ...tracking.runs import log_finished_run, search as search_runs
 from ...tracking.store import experiment_id, git_commit, machine_description
 from .grid import ProbeRun
 from .manifest import CHECKPOINTS_NAME, MANIFEST_NAME, PROTOCOL, entry_identity, load_manifest
@@ -56,26 +57,21 @@ def _save_checkpoints(out_dir: Path, checkpoints: dict[str, bytes]) -> None:
 
 def _log_to_mlflow(entry: dict, command: str) -> None:
     """One MLflow run (experiment "probes") for a manifest entry, unless a run with its identity exists."""
-    import mlflow
-
     experiment = experiment_id(EXPERIMENT)
     identity = hashlib.sha1(entry_identity(entry).encode()).hexdigest()
-    if len(mlflow.search_runs([experiment], filter_string=f"tags.probe_identity = '{identity}'")):
+    if len(search_runs(experiment, f"tags.probe_identity = '{identity}'")):
         return
     tags = {key: str(entry[key]) for key in ("device", "machine", "git_commit", "torch_version")}
     tags.update({"command": command, "probe_identity": identity,
             "task": entry["task"], "model": entry["model"], "seed": str(entry["seed"])})
-    with mlflow.start_run(experiment_id=experiment, run_name=f"{entry['task']}-{entry['model']}-s{entry['seed']}",
-                          tags=tags):
-        mlflow.log_params({"task": entry["task"], "task_version": entry.get("task_version", 1),
-                           "protocol": entry.get("protocol", 1), "model": entry["model"],
-                           "seed": entry["seed"], "profile": entry["profile"],
-                           "compile": entry.get("compile", "off"), **entry["settings"]})
-        for step, loss in entry["loss_curve"]:
-            mlflow.log_metric("train_loss", loss, step=step)
-        mlflow.log_metrics({"final_accuracy": entry["accuracy"], "final_train_loss": entry["final_train_loss"],
-                            "wall_seconds": entry["wall_seconds"], "n_parameters": entry["n_parameters"],
-                            "steps_per_second": entry["steps"] / max(entry["wall_seconds"], 1e-9)})
+    params = {"task": entry["task"], "task_version": entry.get("task_version", 1),
+              "protocol": entry.get("protocol", 1), "model": entry["model"], "seed": entry["seed"],
+              "profile": entry["profile"], "compile": entry.get("compile", "off"), **entry["settings"]}
+    metrics = {"final_accuracy": entry["accuracy"], "final_train_loss": entry["final_train_loss"],
+               "wall_seconds": entry["wall_seconds"], "n_parameters": entry["n_parameters"],
+               "steps_per_second": entry["steps"] / max(entry["wall_seconds"], 1e-9)}
+    log_finished_run(experiment, f"{entry['task']}-{entry['model']}-s{entry['seed']}", tags, params, metrics,
+                     {"train_loss": [(step, loss) for step, loss in entry["loss_curve"]]})
 
 
 def log_manifest_to_mlflow(out_dir: Path, command: str) -> int:

@@ -13,7 +13,7 @@ import torch
 
 from ...files import write_atomically
 from ...options import resolve_models
-from ..tuning import UNTRAINED
+from ... import registry
 from ...paths import RESULTS_DIR
 from ...tracking.store import machine_description
 from ...training.devices import resolve_device
@@ -80,10 +80,10 @@ def command_throughput(args: argparse.Namespace) -> None:
     configuration = Configuration(**{**CONFIGURATIONS[name].__dict__,
                                      **{key: value for key, value in overrides.items() if value is not None}})
     models = resolve_models(args.models)
-    untrained = [model for model in models if model in UNTRAINED]
+    untrained = [model for model in models if not registry.trains(model)]
     if untrained:
         print(f"skipped {', '.join(untrained)}: no training step to time (it counts training interactions)")
-    run([model for model in models if model not in UNTRAINED], configuration, device, results_dir, args.mlflow,
+    run([model for model in models if registry.trains(model)], configuration, device, results_dir, args.mlflow,
         args.total_budget, command_line(args))
 
 

@@ -1,4 +1,4 @@
-"""The throughput targets of issue 7 checked against the paper's figures."""
+"""The throughput targets checked against the paper's figures."""
 
 from __future__ import annotations
 
