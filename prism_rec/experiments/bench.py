@@ -41,7 +41,7 @@ from typing import Callable
 import torch
 
 from ..training import distributed
-from ..training.checkpoint import CHECKPOINT_DIR, checkpoint_file, silence_closed_terminal
+from ..training.checkpoint import CHECKPOINT_DIR, checkpoint_file, run_identity, silence_closed_terminal
 from ..training.config import config_hash
 from ..data.core import DataError, check_options as check_data_options
 from ..data.sources import load_dataset
@@ -467,7 +467,8 @@ def _plan(experiment: str, bench_hash: str, keys: list[tuple[str, int]], run_has
             if key in checkpoints:
                 checkpoints.pop(key).unlink()
         elif key in checkpoints:
-            state = read_checkpoint(checkpoints[key], dataset, replace(config, seed=key[1]), world_size)
+            state = read_checkpoint(checkpoints[key], run_identity(key[0], replace(config, seed=key[1]), dataset,
+                                                                   world_size))
             plan[key] = Planned(RESUME, child_id if status in ("KILLED", "FAILED") else None,
                                 state["progress"]["history"])
     return parent_id, plan
