@@ -41,7 +41,7 @@ from typing import Callable
 import torch
 
 from ..training import distributed
-from ..training.checkpoint import CHECKPOINT_DIR, checkpoint_file, run_identity, silence_closed_terminal
+from ..training.checkpoint import CHECKPOINT_DIR, RunLock, checkpoint_file, run_identity, silence_closed_terminal
 from ..training.config import config_hash
 from ..data.core import DataError, check_options as check_data_options
 from ..data.sources import load_dataset
@@ -264,6 +264,11 @@ def _train_children(world: distributed.World, dataset, keys: list[tuple[str, int
             print(f"[{index}/{len(keys)}] {model} seed {seed}: finished before the interruption, kept")
             continue
         path = checkpoint_for(model, seed)
+        lock = RunLock(path)
+        busy = world.broadcast_object(_claim(lock, planned, path))
+        if busy:
+            print(f"[{index}/{len(keys)}] {model} seed {seed}: skipped, {busy}")
+            continue
         print(f"[{index}/{len(keys)}] {model} seed {seed}"
               + (f": resuming from {path} ({len(planned.history)} epoch(s) done)" if planned.action == RESUME else ""))
         try:
@@ -273,9 +278,23 @@ def _train_children(world: distributed.World, dataset, keys: list[tuple[str, int
             traceback.print_exc()
             failures.append(f"{model} seed {seed}: {type(error).__name__}: {error}")
             continue
+        finally:
+            lock.release()
         path.unlink(missing_ok=True)  # after the run ended FINISHED: a kill in between keeps both
         results[(model, seed)] = result
     return results, failures
+
+
+def _claim(lock: RunLock, planned: Planned, path: Path) -> str:
+    """Take the run's lock (held through its training); "" when taken, else why the run is not trained here:
+    another process holds the lock, or a checkpoint appeared since planning (a run another process began)."""
+    if not lock.acquire():
+        holder = f"process {lock.holder}" if lock.holder else "another process"
+        return f"being trained by {holder} (lock {lock.path}); its checkpoint is left alone"
+    if planned.action == FRESH and path.exists():
+        lock.release()
+        return f"another process left a checkpoint {path} since this bench began; continue it with --resume"
+    return ""
 
 
 def _print_dataset(dataset, world: distributed.World) -> None:
@@ -412,7 +431,7 @@ def _train_silently(world: distributed.World, dataset, keys: list[tuple[str, int
     """What a rank other than 0 does: the same trainings in step with rank 0, without MLflow or files."""
     for model, seed in keys:
         action = actions.get((model, seed))
-        if action == FINISHED:
+        if action == FINISHED or world.broadcast_object(None):  # rank 0 did not claim the run
             continue
         try:
             fit(dataset, model, replace(config, seed=seed), checkpoint_path=checkpoint_for(model, seed),
@@ -464,8 +483,10 @@ def _plan(experiment: str, bench_hash: str, keys: list[tuple[str, int]], run_has
         status, child_id = children.get(key, (None, None))
         if status == "FINISHED":  # killed after the run ended, before its checkpoint was deleted
             plan[key] = Planned(FINISHED, child_id)
-            if key in checkpoints:
+            lock = RunLock(checkpoints[key]) if key in checkpoints else None
+            if lock is not None and lock.acquire():  # not while another process trains the run again
                 checkpoints.pop(key).unlink()
+                lock.release()
         elif key in checkpoints:
             state = read_checkpoint(checkpoints[key], run_identity(key[0], replace(config, seed=key[1]), dataset,
                                                                    world_size))
