@@ -20,6 +20,7 @@ from pathlib import Path
 from .case_ranks import encode as encode_case_ranks
 from ..training.config import config_hash
 from ..data.core import ProcessedDataset
+from ..names import path_name
 from ..files import jsonl_text, read_jsonl, write_atomically
 from ..training.config import TrainConfig
 from ..training.trainer import FitResult
@@ -120,6 +121,8 @@ def read_records(source: Path) -> list[dict]:
         for number, record in enumerate(read_jsonl(path), start=1):
             if record.get("format") != RECORD_FORMAT:
                 raise ValueError(f"{path}:{number}: not a {RECORD_FORMAT} record (format {record.get('format')!r})")
+            for key in ("experiment", "run_name"):  # the experiment names a folder of the store and of the tables
+                path_name(record.get(key), f"{path}:{number}: {key}")
             records.append(record)
     return records
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ..names import path_name
 from ..paths import PROJECT_ROOT
 
 STORE_DIR = PROJECT_ROOT / ".mlflow"
@@ -72,6 +73,7 @@ def experiment_id(name: str) -> str:
     tags (:func:`tag_model_training`) if missing; the store is opened (and created) under :func:`store_lock`."""
     import mlflow
 
+    path_name(name, "experiment")  # it names the experiment's artifact folder
     mlflow.set_tracking_uri(tracking_uri())
     with store_lock():
         experiment = mlflow.get_experiment_by_name(name)

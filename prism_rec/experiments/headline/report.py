@@ -26,6 +26,7 @@ from .. import tuning
 from ...tracking.case_ranks import CaseRanks, decode
 from ...markdown import fill, pipe_table
 from ...files import read_jsonl, write_atomically
+from ...names import path_name
 from .protocol import (CASE_RANKS_NAME, DATASETS, LAYERS, MANIFEST_NAME, PROTOCOL, SEEDS, SETTINGS,
                                 backbone_parameters, training_config)
 from ...training.metrics import METRIC_NAMES
@@ -831,7 +832,7 @@ def write_results(manifest: list[dict], results_dir: Path | None = None, case_ra
         cells = [grid.cell(dataset, m) for m in grid.models if grid.cell(dataset, m).runs]
         if not cells:
             continue
-        folder = results_dir / dataset
+        folder = results_dir / path_name(dataset, "manifest dataset")
         write_atomically(folder / "auc.md", dataset_markdown(grid, dataset))
         write_atomically(folder / "auc.csv", dataset_csv(grid, dataset))
         summary = pd.DataFrame({"model": [label(c.model) for c in cells], "auc_mean": [c.mean for c in cells],

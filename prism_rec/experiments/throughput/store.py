@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from ...names import path_name
 from ...tracking.store import provenance_tags
 from .shapes import CONFIGURATIONS, Configuration
 from .measure import BackboneResults, CaseResult, format_case
@@ -79,7 +80,7 @@ def import_store(source_uri: str, results_dir: Path) -> int:
                 for point in source.get_metric_history(run.info.run_id, key):
                     mlflow.log_metric(key, point.value, step=point.step)
     configuration = CONFIGURATIONS[runs[0].data.tags["configuration"]]
-    report = runs[0].data.tags.get("report", configuration.file_stem)
+    report = path_name(runs[0].data.tags.get("report", configuration.file_stem), f"{source_uri}: tag report")
     newest = {}
     for run in runs:  # newest first
         tags = run.data.tags
