@@ -46,6 +46,7 @@ from ..training.config import config_hash
 from ..data.core import DataError, check_options as check_data_options
 from ..data.sources import load_dataset
 from ..errors import BenchFailures, OptionError
+from ..files import remove_stale_temporaries
 from ..training.compile import resolve_compile
 from ..training.metrics import METRIC_NAMES
 from ..paths import RESULTS_DIR
@@ -217,6 +218,8 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
     experiment = experiment_id(dataset_name)
     bench_hash = config_hash({"dataset": dataset_name, "data": dataset.options, "models": models, "seeds": seeds,
                               "train": replace(config, seed=0).identity()})
+    for path in remove_stale_temporaries(checkpoint_dir):
+        print(f"removed {path}, left by a checkpoint write that was killed")
     try:
         for name in end_runs_of_dead_processes(experiment):
             print(f"run {name} was left RUNNING by a process that no longer runs: marked KILLED")
@@ -379,9 +382,12 @@ def _train_child(world: distributed.World, dataset, model: str, run_config: Trai
 
 
 def _log_result(result: FitResult, title: str) -> None:
+    """The final metrics (those the active run lacks: a run stopped after logging them and resumed has them
+    already), case ranks and learning curve of ``result``."""
     import mlflow
 
-    mlflow.log_metrics(final_metrics(result))
+    logged = mlflow.MlflowClient().get_run(mlflow.active_run().info.run_id).data.metrics
+    mlflow.log_metrics({name: value for name, value in final_metrics(result).items() if name not in logged})
     mlflow.log_dict(case_ranks_entry(result), CASE_RANKS_ARTIFACT)
     mlflow.log_figure(learning_curve(result.history, title, result.best_epoch), "learning_curve.png")
     print(f"    test AUC {result.test['auc']:.4f}  Hit@10 {result.test['hit_10']:.4f}  "
@@ -487,6 +493,8 @@ def _plan(experiment: str, bench_hash: str, keys: list[tuple[str, int]], run_has
             if lock is not None and lock.acquire():  # not while another process trains the run again
                 checkpoints.pop(key).unlink()
                 lock.release()
+        elif key not in checkpoints and status in ("KILLED", "FAILED"):  # stopped before its first checkpoint:
+            plan[key] = Planned(FRESH, child_id)  # trained anew in that run, not beside it
         elif key in checkpoints:
             state = read_checkpoint(checkpoints[key], run_identity(key[0], replace(config, seed=key[1]), dataset,
                                                                    world_size))
