@@ -17,7 +17,8 @@ RUNNING by a process killed outright (SIGKILL, the OOM killer) are marked KILLED
 their dataset. ``resume=True`` continues every (model, seed) that has a checkpoint from it, in the
 child run that wrote it where that is the newest KILLED benchmark with the same settings (whose
 finished children are kept), else in a new one; without ``resume`` a checkpoint of these settings is
-refused, so that it is never overwritten by accident.
+refused, so that it is never overwritten by accident. Each training holds the lock file beside its checkpoint
+(checkpoint.RunLock); a bench that finds it held skips the run and leaves the checkpoint alone.
 Under torchrun every process trains, and only rank 0 talks to MLflow and writes files.
 """
 
@@ -277,13 +278,13 @@ def _train_children(world: distributed.World, dataset, keys: list[tuple[str, int
         try:
             result = _run_child(world, dataset, model, replace(config, seed=seed), planned, path, device,
                                 experiment, tags)
+            path.unlink(missing_ok=True)  # after the run ended FINISHED (a kill in between keeps both), locked
         except Exception as error:  # a crashing backbone must not take the others down
             traceback.print_exc()
             failures.append(f"{model} seed {seed}: {type(error).__name__}: {error}")
             continue
         finally:
             lock.release()
-        path.unlink(missing_ok=True)  # after the run ended FINISHED: a kill in between keeps both
         results[(model, seed)] = result
     return results, failures
 
