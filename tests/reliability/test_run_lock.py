@@ -38,7 +38,7 @@ def test_a_second_bench_skips_the_run_another_trains(store):
     """The benches share the checkpoint folder but not the MLflow store, so only the lock can tell them apart
     (the store's RUNNING runs say nothing across stores)."""
     other_store = store / "other.db"
-    first = bench(store, "sasrec,gru4rec", other_store)
+    first = bench(store, "gru4rec", other_store)
     second = None
     try:
         lock = wait_for(store, "gru4rec-*.lock", first)
@@ -59,7 +59,7 @@ def test_a_second_bench_skips_the_run_another_trains(store):
     assert list(skipped["tags.prism_rec_role"]) == ["parent"]  # the second bench trained nothing
     mlflow.set_tracking_uri(f"sqlite:///{other_store}")
     runs = mlflow.search_runs(experiment_names=["ml-100k"], filter_string="tags.prism_rec_role = 'child'")
-    assert sorted(runs["tags.model"]) == ["gru4rec", "sasrec"] and set(runs["status"]) == {"FINISHED"}
+    assert list(runs["tags.model"]) == ["gru4rec"] and list(runs["status"]) == ["FINISHED"]
     assert not list((store / "checkpoints").rglob("*.pt*"))  # the first removed its checkpoints and locks
 
 
