@@ -47,7 +47,7 @@ BENCH_ARGS = --dataset $(DATASET) --models $(MODELS) --seeds $(SEEDS) --epochs $
 	$(if $(filter 1,$(RESUME)),--resume) $(ARGS)
 BENCH_LAUNCHER = $(if $(NPROC),$(BIN)/torchrun $(TORCHRUN_ARGS) --nproc-per-node=$(NPROC) -m prism_rec.cli,$(BIN)/prism-rec)
 
-.PHONY: install check-deps bench lint test test-ui tables import-runs ui data list probe throughput
+.PHONY: install check-deps bench lint test test-ui tables import-runs ui data list probe throughput reliability
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -98,6 +98,11 @@ data: install
 
 list: install
 	$(BIN)/prism-rec list --params
+
+# The reliability sweep (CPU, minutes): hostile options, names, damaged checkpoints, kills and overlapping benches,
+# each probe's command, expected and observed outcome rewritten into results/reliability.md.
+reliability: install
+	$(BIN)/python benchmarks/reliability.py
 
 # Mechanistic probes (paper Table 4); PROBE_ARGS e.g. "--tasks parity --models prism:L=2 --steps 10000".
 probe: install

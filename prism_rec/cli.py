@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import registry
 from .errors import BenchFailures, OptionError
-from .options import parse_seeds, resolve_models
+from .options import STORE_COMMANDS, check_options, parse_seeds, resolve_models
 from .training.config import TrainConfig
 
 
@@ -27,6 +27,13 @@ def parse_option(text: str) -> tuple[str, object]:
         return key.replace("-", "_"), ast.literal_eval(value)
     except (ValueError, SyntaxError):
         return key.replace("-", "_"), value
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too) that reports a bad command line in one line, exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message}\n")
 
 
 def command_list(args) -> None:
@@ -133,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .protocols.authors import commands as authors_commands
     from .tracking.tables import LOCAL_RESULTS_DIR
 
-    parser = argparse.ArgumentParser(prog="prism-rec", description=__doc__)
+    parser = OneLineParser(prog="prism-rec", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
     listing = commands.add_parser("list", help="registered backbones and datasets")
@@ -191,12 +198,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run a command; a bad bench option ends it with one line and exit status 2, an interruption with
-    status 130, crashed trainings and other errors with status 1."""
+    """Run a command; a bad option of any command ends it with one line and exit status 2 before any work
+    (argparse's checks, then ``options.check_options`` and, where the command logs, the MLflow store's),
+    an interruption with status 130, crashed trainings and other errors with status 1."""
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     args.invocation = shlex.join(["prism-rec", *argv])  # the command as run, recorded by the runs it trains
     try:
+        check_options(args)
+        if args.command in STORE_COMMANDS:
+            from .tracking.store import check_store
+
+            check_store()
         args.func(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

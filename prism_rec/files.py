@@ -5,7 +5,11 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from pathlib import Path
+
+TEMPORARY_SUFFIX = ".tmp"
+TEMPORARY_PATTERN = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.tmp\Z")  # .<name>.<pid>.tmp of write_atomically
 
 
 def write_atomically(path: Path, data: str | bytes) -> None:
@@ -13,7 +17,7 @@ def write_atomically(path: Path, data: str | bytes) -> None:
     file is removed if writing fails."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}{TEMPORARY_SUFFIX}")
     try:
         with open(temporary, "wb") as handle:
             handle.write(data.encode() if isinstance(data, str) else data)
@@ -23,6 +27,29 @@ def write_atomically(path: Path, data: str | bytes) -> None:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Delete the temporary files of :func:`write_atomically` under ``folder`` whose writing process no longer
+    runs (a kill in the middle of a write leaves one); returns them."""
+    removed = []
+    for path in sorted(Path(folder).rglob(f".*{TEMPORARY_SUFFIX}")) if Path(folder).is_dir() else []:
+        match = TEMPORARY_PATTERN.match(path.name)
+        if match and path.is_file() and not process_alive(int(match["pid"])):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid > 0
 
 
 def jsonl_text(rows: list[dict]) -> str:

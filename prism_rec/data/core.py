@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,7 +136,7 @@ class ProcessedDataset:
                                                   "test_cases", "user_ids", "item_ids")},
                     **{key: data[key] for key in ("timestamps", "ratings", "item_categories") if key in data},
                 )
-        except (OSError, KeyError, ValueError) as error:
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as error:  # a damaged .npz is a bad zip
             if isinstance(error, DataError):
                 raise
             raise DataError(f"{path}: unreadable processed cache ({error}); delete it to rebuild") from error

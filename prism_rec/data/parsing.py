@@ -8,7 +8,8 @@ honest.
 
 Timestamps come out as float seconds since the epoch (UTC); sources without times use the position of
 the interaction in the user's history. A time or rating that is not a finite number (``1e400`` reads as
-infinity) is a bad line, as are bytes that are not UTF-8.
+infinity, a bare ``NaN`` in JSON as NaN) is a bad line, as are bytes that are not UTF-8. Lines end in LF,
+CR LF or a lone CR; a UTF-8 byte-order mark at the start of a file is dropped.
 """
 
 from __future__ import annotations
@@ -88,18 +89,42 @@ def path_opener(path: Path) -> Opener:
     return PathOpener(path)
 
 
+BYTE_ORDER_MARK = b"\xef\xbb\xbf"
+CHUNK_BYTES = 1 << 20
+
+
+def split_lines(handle: BinaryIO) -> Iterator[bytes]:
+    """The lines of ``handle`` without their endings, which may be LF, CR LF or a lone CR (old Mac files),
+    the UTF-8 byte-order mark at the start of the file removed."""
+    rest = b""
+    first = True
+    while True:
+        chunk = handle.read(CHUNK_BYTES)
+        if not chunk:
+            break
+        if first:
+            chunk, first = chunk.removeprefix(BYTE_ORDER_MARK), False
+        lines = (rest + chunk).splitlines(keepends=True)
+        # the last piece may go on in the next chunk (no ending yet, or a CR whose LF is still to come)
+        rest = lines.pop() if lines and not lines[-1].endswith(b"\n") else b""
+        for line in lines:
+            yield line.rstrip(b"\r\n")
+    if rest:
+        yield rest.rstrip(b"\r\n")
+
+
 def iter_lines(opener: Opener, where: str, context: ReadContext) -> Iterator[tuple[int, bytes]]:
-    """Yield (1-based line number, line without its newline) of non-blank lines; counts progress."""
+    """Yield (1-based line number, line without its ending) of non-blank lines (:func:`split_lines`); counts
+    progress."""
     line_no = 0
     pending = 0
     try:
         with opener() as handle:
-            for line_no, raw in enumerate(handle, 1):
+            for line_no, raw in enumerate(split_lines(handle), 1):
                 pending += 1
                 if pending == 65536:
                     context.advance(pending, Path(where).name)
                     pending = 0
-                raw = raw.rstrip(b"\r\n")
                 if raw.strip():
                     yield line_no, raw
     except (EOFError, zlib.error, gzip.BadGzipFile) as error:
@@ -169,6 +194,7 @@ def _read_json_fast(opener: Opener, fmt: RecordFormat, context: ReadContext, whe
     file to ``_read_json_lines``, which names the offending line (or skips it).
     """
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.json as pj
 
     time_type = pa.string() if fmt.time_unit == "datetime" else pa.int64()
@@ -184,7 +210,8 @@ def _read_json_fast(opener: Opener, fmt: RecordFormat, context: ReadContext, whe
                 parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
             )
             for batch in reader:
-                if any(batch.column(name).null_count for name in fmt.required):
+                if any(batch.column(name).null_count for name in fmt.required) or pc.any(
+                        pc.is_nan(batch.column(fmt.rating))).as_py():  # a NaN rating is a bad line
                     return None
                 batches.append(batch)
                 context.advance(batch.num_rows, Path(where).name)
@@ -310,7 +337,7 @@ def sniff_first_line(opener: Opener, where: str) -> bytes:
     """The first non-blank line of a file (for format detection); b"" for an empty file."""
     try:
         with opener() as handle:
-            for raw in handle:
+            for raw in split_lines(handle):
                 if raw.strip():
                     return raw.strip()
     except (EOFError, zlib.error, gzip.BadGzipFile) as error:

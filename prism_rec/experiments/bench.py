@@ -18,7 +18,8 @@ RUNNING by a process killed outright (SIGKILL, the OOM killer) are marked KILLED
 their dataset. ``resume=True`` continues every (model, seed) that has a checkpoint from it, in the
 child run that wrote it where that is the newest KILLED benchmark with the same settings (whose
 finished children are kept), else in a new one; without ``resume`` a checkpoint of these settings is
-refused, so that it is never overwritten by accident.
+refused, so that it is never overwritten by accident. Each training holds the lock file beside its checkpoint
+(checkpoint.RunLock); a bench that finds it held skips the run and leaves the checkpoint alone.
 Under torchrun every process trains, and only rank 0 talks to MLflow and writes files.
 """
 
@@ -40,11 +41,12 @@ from typing import Callable
 import torch
 
 from ..training import distributed
-from ..training.checkpoint import CHECKPOINT_DIR, checkpoint_file, silence_closed_terminal
+from ..training.checkpoint import CHECKPOINT_DIR, RunLock, checkpoint_file, run_identity, silence_closed_terminal
 from ..training.config import config_hash
 from ..data.core import DataError, check_options as check_data_options
 from ..data.sources import load_dataset
 from ..errors import BenchFailures, OptionError
+from ..files import remove_stale_temporaries
 from ..paths import RESULTS_DIR
 from ..tracking import runs
 from ..tracking.records import child_run, dataset_stats_tag, run_hash
@@ -189,6 +191,8 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
     experiment = experiment_id(dataset_name)
     bench_hash = config_hash({"dataset": dataset_name, "data": dataset.options, "models": models, "seeds": seeds,
                               "train": replace(config, seed=0).identity()})
+    for path in remove_stale_temporaries(checkpoint_dir):
+        print(f"removed {path}, left by a checkpoint write that was killed")
     try:
         for name in end_runs_of_dead_processes(experiment):
             print(f"run {name} was left RUNNING by a process that no longer runs: marked KILLED")
@@ -236,18 +240,37 @@ def _train_children(world: distributed.World, dataset, keys: list[tuple[str, int
             print(f"[{index}/{len(keys)}] {model} seed {seed}: finished before the interruption, kept")
             continue
         path = checkpoint_for(model, seed)
+        lock = RunLock(path)
+        busy = world.broadcast_object(_claim(lock, planned, path))
+        if busy:
+            print(f"[{index}/{len(keys)}] {model} seed {seed}: skipped, {busy}")
+            continue
         print(f"[{index}/{len(keys)}] {model} seed {seed}"
               + (f": resuming from {path} ({len(planned.history)} epoch(s) done)" if planned.action == RESUME else ""))
         try:
             result = _run_child(world, dataset, model, replace(config, seed=seed), planned, path, device,
                                 experiment, tags)
+            path.unlink(missing_ok=True)  # after the run ended FINISHED (a kill in between keeps both), locked
         except Exception as error:  # a crashing backbone must not take the others down
             traceback.print_exc()
             failures.append(f"{model} seed {seed}: {type(error).__name__}: {error}")
             continue
-        path.unlink(missing_ok=True)  # after the run ended FINISHED: a kill in between keeps both
+        finally:
+            lock.release()
         results[(model, seed)] = result
     return results, failures
+
+
+def _claim(lock: RunLock, planned: Planned, path: Path) -> str:
+    """Take the run's lock (held through its training); "" when taken, else why the run is not trained here:
+    another process holds the lock, or a checkpoint appeared since planning (a run another process began)."""
+    if not lock.acquire():
+        holder = f"process {lock.holder}" if lock.holder else "another process"
+        return f"being trained by {holder} (lock {lock.path}); its checkpoint is left alone"
+    if planned.action == FRESH and path.exists():
+        lock.release()
+        return f"another process left a checkpoint {path} since this bench began; continue it with --resume"
+    return ""
 
 
 def _print_dataset(dataset, world: distributed.World) -> None:
@@ -306,7 +329,7 @@ def _train_silently(world: distributed.World, dataset, keys: list[tuple[str, int
     """What a rank other than 0 does: the same trainings in step with rank 0, without MLflow or files."""
     for model, seed in keys:
         action = actions.get((model, seed))
-        if action == FINISHED:
+        if action == FINISHED or world.broadcast_object(None):  # rank 0 did not claim the run
             continue
         try:
             fit(dataset, model, replace(config, seed=seed), checkpoint_path=checkpoint_for(model, seed),
@@ -346,10 +369,15 @@ def _plan(experiment: str, bench_hash: str, keys: list[tuple[str, int]], run_has
         status, child_id = children.get(key, (None, None))
         if status == "FINISHED":  # killed after the run ended, before its checkpoint was deleted
             plan[key] = Planned(FINISHED, child_id)
-            if key in checkpoints:
+            lock = RunLock(checkpoints[key]) if key in checkpoints else None
+            if lock is not None and lock.acquire():  # not while another process trains the run again
                 checkpoints.pop(key).unlink()
+                lock.release()
+        elif key not in checkpoints and status in ("KILLED", "FAILED"):  # stopped before its first checkpoint:
+            plan[key] = Planned(FRESH, child_id)  # trained anew in that run, not beside it
         elif key in checkpoints:
-            state = read_checkpoint(checkpoints[key], dataset, replace(config, seed=key[1]), world_size)
+            state = read_checkpoint(checkpoints[key], run_identity(key[0], replace(config, seed=key[1]), dataset,
+                                                                   world_size))
             plan[key] = Planned(RESUME, child_id if status in ("KILLED", "FAILED") else None,
                                 state["progress"]["history"])
     return parent_id, plan

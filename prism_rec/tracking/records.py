@@ -20,6 +20,7 @@ import torch
 
 from .case_ranks import encode as encode_case_ranks
 from ..data.core import ProcessedDataset
+from ..names import path_name
 from ..files import jsonl_text, read_jsonl, write_atomically
 from ..registry import backbone_entry
 from ..training.compile import resolve_compile
@@ -148,5 +149,7 @@ def read_records(source: Path) -> list[dict]:
         for number, record in enumerate(read_jsonl(path), start=1):
             if record.get("format") != RECORD_FORMAT:
                 raise ValueError(f"{path}:{number}: not a {RECORD_FORMAT} record (format {record.get('format')!r})")
+            for key in ("experiment", "run_name"):  # the experiment names a folder of the store and of the tables
+                path_name(record.get(key), f"{path}:{number}: {key}")
             records.append(record)
     return records

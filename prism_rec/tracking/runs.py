@@ -86,12 +86,13 @@ def prepare_child(run_id: str, run: dict, new: bool, history: list[dict]) -> Non
 
 
 def log_result(result: FitResult, title: str, curve: bool = True) -> None:
-    """A finished ``fit`` on the active child run: its final metrics, per-test-case ranks and (with ``curve``)
-    its learning curve."""
+    """A finished ``fit`` on the active child run: its final metrics (those the run lacks: a run stopped after
+    logging them and resumed has them already), per-test-case ranks and (with ``curve``) its learning curve."""
     import mlflow
     from matplotlib import pyplot
 
-    mlflow.log_metrics(final_metrics(result))
+    logged = mlflow.MlflowClient().get_run(mlflow.active_run().info.run_id).data.metrics
+    mlflow.log_metrics({name: value for name, value in final_metrics(result).items() if name not in logged})
     mlflow.log_dict(case_ranks_entry(result), CASE_RANKS_ARTIFACT)
     if curve:
         figure = learning_curve(result.history, title, result.best_epoch)

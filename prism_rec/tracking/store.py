@@ -16,9 +16,11 @@ from pathlib import Path
 
 import torch
 
+from ..names import path_name
 from ..paths import PROJECT_ROOT
 
 STORE_DIR = PROJECT_ROOT / ".mlflow"
+STORE_WAIT_SECONDS = 10.0  # how long check_store waits for another process's write to end
 # MLflow 3's UI reads the kind of an experiment from this tag (its "experiment type" setting); which view a
 # click lands on follows the UI's workflow type instead (the ``workflowType`` URL parameter, remembered in
 # the browser), which is why ``prism-rec ui`` prints links that carry it.
@@ -42,6 +44,31 @@ def tracking_uri() -> str:
         return os.environ["MLFLOW_TRACKING_URI"]
     STORE_DIR.mkdir(exist_ok=True)
     return f"sqlite:///{STORE_DIR / 'mlflow.db'}"
+
+
+def check_store() -> None:
+    """The store of :func:`tracking_uri` usable, checked before a command works: a sqlite store is a database
+    that is not locked (waiting ``STORE_WAIT_SECONDS`` for a writer), or does not exist yet; a ValueError says
+    which in one line."""
+    import sqlite3
+
+    uri = tracking_uri()
+    if not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri.removeprefix("sqlite:///"))
+    if not path.exists():
+        return  # created on first use, under store_lock, in a folder tracking_uri or the user made
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=STORE_WAIT_SECONDS)) as connection:
+            connection.execute("BEGIN IMMEDIATE")  # a write lock, as a run's logging takes
+            connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            connection.rollback()
+    except sqlite3.OperationalError as error:
+        raise ValueError(f"MLflow store {path}: {error} (another process holds it, or it cannot be "
+                         "written); wait for it or free it") from None
+    except sqlite3.DatabaseError as error:
+        raise ValueError(f"MLflow store {path}: not a usable sqlite database ({error}); move it away to "
+                         "start a new store") from None
 
 
 def artifact_root() -> Path:
@@ -72,6 +99,7 @@ def experiment_id(name: str) -> str:
     tags (:func:`tag_model_training`) if missing; the store is opened (and created) under :func:`store_lock`."""
     import mlflow
 
+    path_name(name, "experiment")  # it names the experiment's artifact folder
     mlflow.set_tracking_uri(tracking_uri())
     with store_lock():
         experiment = mlflow.get_experiment_by_name(name)

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..files import write_atomically
+from ..names import NAME_PATTERN, inside, path_name
 from ..markdown import pipe_table
 from .case_ranks import decode
 from ..training.metrics import METRIC_NAMES
@@ -149,7 +151,7 @@ def table_folder(results_dir: Path, dataset: str) -> Path:
     """results/<dataset>, or results/<dataset>/store when results/<dataset>/auc.md is the headline report's
     (headline/report/, from the headline manifest only): a table from the store, which holds runs of any
     protocol, must not replace it."""
-    folder = Path(results_dir) / dataset
+    folder = inside(Path(results_dir) / path_name(dataset, "experiment"), results_dir, "table folder")
     markdown = folder / "auc.md"
     if markdown.is_file() and HEADLINE_MARKER in markdown.read_text().partition("\n")[0]:
         return folder / "store"
@@ -203,6 +205,8 @@ def write_all_tables(results_dir: Path = LOCAL_RESULTS_DIR) -> list[Path]:
     mlflow.set_tracking_uri(tracking_uri())
     written = []
     for experiment in mlflow.search_experiments():
-        if experiment.name != "Default" and not finished_child_runs(experiment.name)[0].empty:
+        if not NAME_PATTERN.match(experiment.name):  # made by an older import: never a folder
+            print(f"experiment {experiment.name!r} skipped: not a plain name, so no table folder", file=sys.stderr)
+        elif experiment.name != "Default" and not finished_child_runs(experiment.name)[0].empty:
             written.append(write_tables(experiment.name, results_dir)[0])
     return written

@@ -1,20 +1,26 @@
 """Training checkpoints for resuming interrupted runs, and the deferred handling of Ctrl-C, SIGTERM and
 SIGHUP.
 
-A checkpoint is one ``torch.save`` file of plain containers and tensors (loadable with
-``weights_only=True``), written under a temporary name and moved into place with ``os.replace``, so an
-interruption at any moment leaves either the previous complete file or the new complete file. A training
-checkpoint (``CHECKPOINT_FORMAT``, written by prism_rec/training/trainer.py) holds: "format", "config"
-(``TrainConfig.identity()``), "world_size", "data" (``data_signature``), "model" and "optimizer" (state
-dicts), "per_rank" (each rank's generator states and loss sum of the epoch so far) and "progress" (the
-loop state, the trainer's ``Progress`` as a dict); ``read_checkpoint`` checks it against the run that resumes.
+A training checkpoint (written by prism_rec/training/trainer.py through :func:`write_checkpoint`) is the line
+``CHECKPOINT_MAGIC``, one JSON header line, then a ``torch.save`` payload of plain containers and tensors
+(loaded with ``weights_only=True``): "model" and "optimizer" (state dicts), "per_rank" (each rank's generator
+states and loss sum of the epoch so far) and "progress" (the loop state, the trainer's ``Progress`` as a
+dict). The header holds the format, the payload's SHA-256 and size, and the run identity
+(:func:`run_identity`: model, settings hash and settings, data signature, world size); ``read_checkpoint``
+checks the identity and then the digest before anything is unpickled. Files are written under a temporary
+name and moved into place with ``os.replace``, so an interruption at any moment leaves either the previous
+complete file or the new one; :func:`remove_stale_temporaries` deletes what a kill left of a write.
+:class:`RunLock` is the lock file beside a run's checkpoint that its trainer holds for the whole training.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import hashlib
 import io
+import json
 import os
 import random
 import signal
@@ -27,17 +33,20 @@ import torch
 
 from ..data.core import ProcessedDataset
 from ..files import write_atomically
+from ..names import path_name
 from ..paths import PROJECT_ROOT
-from .config import TrainConfig
+from .config import TrainConfig, config_hash
 
 CHECKPOINT_DIR = PROJECT_ROOT / "checkpoints"
 INTERRUPT_AFTER_BATCHES_ENV = "PRISM_REC_INTERRUPT_AFTER_BATCHES"
-CHECKPOINT_FORMAT = "prism-rec-training-1"
+CHECKPOINT_FORMAT = "prism-rec-training-2"
+CHECKPOINT_MAGIC = b"prism-rec checkpoint\n"
+IDENTITY_FIELDS = {"model": "model", "settings": "settings", "data": "data", "world_size": "number of processes"}
 
 
 def checkpoint_file(dataset: str, model: str, seed: int, run_hash: str, root: Path = CHECKPOINT_DIR) -> Path:
-    """checkpoints/<dataset>/<model>-s<seed>-<hash>.pt"""
-    return Path(root) / dataset / f"{model}-s{seed}-{run_hash}.pt"
+    """checkpoints/<dataset>/<model>-s<seed>-<hash>.pt (``dataset`` and ``model`` must be plain names)."""
+    return Path(root) / path_name(dataset, "dataset") / f"{path_name(model, 'model')}-s{int(seed)}-{run_hash}.pt"
 
 
 def save_atomically(state: dict, path: Path) -> None:
@@ -47,14 +56,60 @@ def save_atomically(state: dict, path: Path) -> None:
     write_atomically(path, buffer.getvalue())
 
 
-def load(path: Path) -> dict:
-    """A checkpoint written by :func:`save_atomically`, tensors on the CPU."""
+def run_identity(model: str, config: TrainConfig, dataset: ProcessedDataset, world_size: int) -> dict:
+    """What a checkpoint must match to be resumed: the model, the settings (``TrainConfig.identity()``, as
+    JSON values, and their hash), the data signature and the number of processes."""
+    settings = json.loads(json.dumps(config.identity(), sort_keys=True, default=str))
+    return {"model": model, "settings": config_hash(settings), "config": settings,
+            "data": data_signature(dataset), "world_size": world_size}
+
+
+def write_checkpoint(state: dict, identity: dict, path: Path) -> None:
+    """Write the training checkpoint ``state`` of the run ``identity`` (:func:`run_identity`) to ``path``:
+    magic line, header line, payload (module docstring)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    payload = buffer.getvalue()
+    header = {"format": CHECKPOINT_FORMAT, "identity": identity, "sha256": hashlib.sha256(payload).hexdigest(),
+              "bytes": len(payload)}
+    write_atomically(path, CHECKPOINT_MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + payload)
+
+
+def _header(path: Path) -> tuple[dict, bytes]:
+    """The header and payload of the checkpoint at ``path``; a ValueError names the file when it is not one."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         raise FileNotFoundError(f"checkpoint {path} does not exist") from None
+    if not data.startswith(CHECKPOINT_MAGIC):
+        raise ValueError(f"checkpoint {path}: not a prism-rec training checkpoint of format {CHECKPOINT_FORMAT} "
+                         "(older or foreign file); delete it to train from scratch")
+    line, _, payload = data[len(CHECKPOINT_MAGIC):].partition(b"\n")
+    try:
+        header = json.loads(line)
+        header["identity"].get, header["sha256"], header["bytes"]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise ValueError(f"checkpoint {path}: its header is damaged; delete it to train from scratch") from None
+    return header, payload
+
+
+def _payload(path: Path, header: dict, payload: bytes) -> dict:
+    """The state in ``payload``, loaded once its size and SHA-256 match the header's."""
+    digest = hashlib.sha256(payload).hexdigest()
+    if len(payload) != header["bytes"] or digest != header["sha256"]:
+        raise ValueError(f"checkpoint {path}: content digest mismatch ({len(payload)} bytes, sha256 {digest[:16]}; "
+                         f"written {header['bytes']} bytes, sha256 {str(header['sha256'])[:16]}): the file is "
+                         "corrupt; delete it to train from scratch")
+    try:
+        return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     except Exception as error:
         raise ValueError(f"checkpoint {path} cannot be read ({type(error).__name__}: {error})") from None
+
+
+def load(path: Path) -> dict:
+    """The state of the training checkpoint at ``path`` (tensors on the CPU), its digest checked."""
+    header, payload = _header(path)
+    return _payload(path, header, payload)
 
 
 def data_signature(dataset: ProcessedDataset) -> str:
@@ -65,25 +120,71 @@ def data_signature(dataset: ProcessedDataset) -> str:
     return digest.hexdigest()
 
 
-def read_checkpoint(path: Path, dataset: ProcessedDataset, config: TrainConfig, world_size: int) -> dict:
-    """The training checkpoint at ``path``, checked to be one of ``config`` on ``dataset`` written by
-    ``world_size`` processes; a ValueError names the file and what is wrong (unreadable, foreign, other
-    settings or data)."""
-    state = load(path)
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        found = state.get("format") if isinstance(state, dict) else type(state).__name__
-        raise ValueError(f"checkpoint {path}: not a prism-rec training checkpoint (format {found!r})")
-    if state["config"] != config.identity():
-        changed = sorted(k for k in {**state["config"], **config.identity()}
-                         if state["config"].get(k) != config.identity().get(k))
-        raise ValueError(f"checkpoint {path}: written with other settings ({', '.join(changed)})")
-    if state["world_size"] != world_size:
-        raise ValueError(f"checkpoint {path}: written by {state['world_size']} processes; "
-                         f"resume with NPROC={state['world_size']} (this run has {world_size})")
-    if state.get("data", data_signature(dataset)) != data_signature(dataset):
-        raise ValueError(f"checkpoint {path}: trained on other data (the dataset's files or processing changed "
-                         "since); delete it to train from scratch")
-    return state
+def read_checkpoint(path: Path, identity: dict) -> dict:
+    """The state of the training checkpoint at ``path``, checked (before it is unpickled) to be one of the run
+    ``identity`` (:func:`run_identity`) and intact; a one-line ValueError names the file and what differs."""
+    header, payload = _header(path)
+    found = header["identity"]
+    for key, label in IDENTITY_FIELDS.items():
+        if found.get(key) != identity[key]:
+            if key == "settings":
+                theirs, ours = found.get("config") or {}, identity["config"]
+                changed = sorted(k for k in {**theirs, **ours} if theirs.get(k) != ours.get(k))
+                detail = f"written with other settings ({', '.join(changed)})"
+            elif key == "world_size":
+                detail = (f"written by {found.get(key)} processes; resume with NPROC={found.get(key)} "
+                          f"(this run has {identity[key]})")
+            elif key == "data":
+                detail = "trained on other data (the dataset's files or processing changed since)"
+            else:
+                detail = f"written for {label} {found.get(key)!r}, this run is {identity[key]!r}"
+            raise ValueError(f"checkpoint {path}: {detail}; delete it to train from scratch")
+    return _payload(path, header, payload)
+
+
+class RunLock:
+    """An exclusive lock (flock) on ``<checkpoint>.lock`` beside a run's checkpoint, which holds the pid of the
+    process that trains the run. ``acquire`` returns False (and sets ``holder``) when another process holds
+    it; ``release`` deletes the file. The lock goes with the process, so a kill frees it."""
+
+    def __init__(self, checkpoint: Path):
+        self.path = Path(f"{checkpoint}.lock")
+        self.handle = None
+        self.holder: int | None = None
+
+    def acquire(self) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            handle = open(self.path, "a+")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as error:
+                if error.errno not in (errno.EAGAIN, errno.EACCES):
+                    handle.close()
+                    raise
+                handle.seek(0)
+                text = handle.read().strip()
+                handle.close()
+                self.holder = int(text) if text.isdigit() else None
+                return False
+            try:  # a holder that released it between our open and flock deleted this file: lock the new one
+                current = os.stat(self.path).st_ino == os.fstat(handle.fileno()).st_ino
+            except FileNotFoundError:
+                current = False
+            if current:
+                handle.truncate(0)
+                handle.write(str(os.getpid()))
+                handle.flush()
+                self.handle = handle
+                return True
+            handle.close()
+
+    def release(self) -> None:
+        if self.handle is not None:
+            self.path.unlink(missing_ok=True)
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+            self.handle.close()
+            self.handle = None
 
 
 def capture_rng(generators: dict[str, torch.Generator]) -> dict:

@@ -28,8 +28,7 @@ from ..data.core import ProcessedDataset
 from ..models.popularity import PopularityRecommender, training_counts
 from ..models.recommender import SequentialRecommender
 from ..registry import trains
-from .checkpoint import (CHECKPOINT_FORMAT, StopRequest, capture_rng, data_signature, read_checkpoint, restore_rng,
-                         save_atomically)
+from .checkpoint import StopRequest, capture_rng, read_checkpoint, restore_rng, run_identity, write_checkpoint
 from .compile import auto_compile
 from .config import TrainConfig
 from .devices import resolve_device
@@ -196,8 +195,9 @@ class Training:
         self.targets_per_window = trained_positions(self.windows)  # [U']
         self.generators = {"shuffler": torch.Generator().manual_seed(config.seed), "sampler": self.step.generator}
         self.progress, self.epoch_loss_sum = Progress(), 0.0  # the loss sum of the epoch's batches so far
+        self.identity = run_identity(backbone, config, dataset, world.size)
         if resume:
-            self.progress, self.epoch_loss_sum = _restore(checkpoint_path, dataset, config, world, model,
+            self.progress, self.epoch_loss_sum = _restore(checkpoint_path, self.identity, world, model,
                                                           self.optimizer, self.generators)
         self.autocast = self.step.autocast
         self.wall_start = time.perf_counter() - self.progress.wall_seconds
@@ -285,10 +285,8 @@ class Training:
         per_rank = world.gather_objects({"rng": capture_rng(self.generators), "epoch_loss_sum": self.epoch_loss_sum})
         if self.checkpoint_path is not None and world.is_main:
             progress = {**vars(self.progress), "wall_seconds": time.perf_counter() - self.wall_start}
-            save_atomically({"format": CHECKPOINT_FORMAT, "config": self.config.identity(), "world_size": world.size,
-                             "data": data_signature(self.dataset), "model": self.model.state_dict(),
-                             "optimizer": self.optimizer.state_dict(), "per_rank": per_rank, "progress": progress},
-                            self.checkpoint_path)
+            write_checkpoint({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                              "per_rank": per_rank, "progress": progress}, self.identity, self.checkpoint_path)
         world.barrier()
 
     def test(self) -> FitResult:
@@ -328,14 +326,13 @@ def _evaluate_untrained(model: nn.Module, dataset: ProcessedDataset, backbone: s
     return _result(model, device, history, 0, test, case_ranks, wall_start, 0.0)
 
 
-def _restore(path: Path | None, dataset: ProcessedDataset, config: TrainConfig, world: World,
-             model: SequentialRecommender, optimizer: torch.optim.Optimizer,
-             generators: dict[str, torch.Generator]) -> tuple[Progress, float]:
-    """Load ``path`` into the model, optimizer and generators; returns the saved loop state and this rank's
-    loss sum of the interrupted epoch."""
+def _restore(path: Path | None, identity: dict, world: World, model: SequentialRecommender,
+             optimizer: torch.optim.Optimizer, generators: dict[str, torch.Generator]) -> tuple[Progress, float]:
+    """Load ``path`` (checked to be of the run ``identity``) into the model, optimizer and generators; returns
+    the saved loop state and this rank's loss sum of the interrupted epoch."""
     if path is None:
         raise ValueError("option --resume: no checkpoint file given")
-    state = read_checkpoint(path, dataset, config, world.size)
+    state = read_checkpoint(path, identity)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     own = state["per_rank"][world.rank]

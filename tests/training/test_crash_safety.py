@@ -136,14 +136,14 @@ def test_truncated_checkpoint_is_one_message(args, store, monkeypatch, capsys, o
     with pytest.raises(SystemExit) as resumed:
         main([*map(str, args), "--resume"])
     assert str(resumed.value).startswith(f"prism-rec bench: checkpoint "
-                                         f"{path} cannot be read") and "\n" not in str(resumed.value)
+                                         f"{path}: content digest mismatch") and "\n" not in str(resumed.value)
     assert "Traceback" not in capsys.readouterr().err
     assert set(runs()["status"]) == {"KILLED"} and len(runs()) == 2  # no run was started
 
 
 @pytest.mark.parametrize("options, models, named", [
     (["--option", "bogus=1"], "sasrec", "option --option bogus=1: backbone sasrec has no option 'bogus'"),
-    (["--lr", "-1"], "sasrec", "option --lr: must be a finite number >= 0, got -1.0"),
+    (["--lr", "-1"], "sasrec", "option --lr: must be a finite number in [0, 10], got -1.0"),
     (["--n-heads", "3"], "sasrec,prism",
      "option --n-heads 3: backbone sasrec: d_model=64 is not divisible by n_heads=3"),
     (["--option", "L=-1"], "prism", "option --option L=-1: backbone prism: L must be >= 0, got -1"),

@@ -64,7 +64,7 @@ def test_resume_refuses_other_settings_and_foreign_files(dataset, tmp_path, monk
     with pytest.raises(ValueError, match="other settings \\(lr\\)"):
         fit(dataset, "sasrec", TrainConfig(**{**CONFIG, "lr": 0.01}), checkpoint_path=path, resume=True)
     path.write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="cannot be read"):
+    with pytest.raises(ValueError, match="not a prism-rec training checkpoint"):
         fit(dataset, "sasrec", TrainConfig(**CONFIG), checkpoint_path=path, resume=True)
     monkeypatch.setenv(INTERRUPT_AFTER_BATCHES_ENV, "soon")
     with pytest.raises(ValueError, match=INTERRUPT_AFTER_BATCHES_ENV):

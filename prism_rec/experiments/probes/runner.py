@@ -24,6 +24,7 @@ import torch
 
 from ...training.checkpoint import save_atomically
 from ...training.compile import resolve_compile
+from ...training.devices import resolve_device
 from ..campaign import Campaign, Executor, LocalExecutor, Manifest, Status, deadline_after
 from ...tracking.runs import log_finished_run, search as search_runs
 from ...tracking.store import experiment_id, git_commit, machine_description
@@ -97,7 +98,7 @@ def run_probes(runs: list[ProbeRun], out_dir: Path, device: str = "auto", worker
     deadline = deadline_after(time_budget, "--time-budget")
     executor = executor or LocalExecutor(workers, device)
     out_dir = Path(out_dir)
-    step_mode = (resolve_compile(compile, torch.device(executor.devices.names[0]))
+    step_mode = (resolve_compile(compile, resolve_device(executor.devices.names[0]))
                  if isinstance(executor, LocalExecutor) else f"{compile} (as each worker's device allows)")
     manifest = Manifest(out_dir / MANIFEST_NAME, key=entry_identity)
     finished = manifest.keys()

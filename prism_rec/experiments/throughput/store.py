@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from ...names import path_name
 from ...tracking import runs
 from ...tracking.store import experiment_id, provenance_tags
 from .shapes import CONFIGURATIONS, Configuration
@@ -61,7 +62,7 @@ def import_store(source_uri: str, results_dir: Path) -> int:
         runs.log_finished_run(destination, run["run_name"], {**tags, "source_run_id": run["run_id"]}, run["params"],
                               series=run["series"])
     configuration = CONFIGURATIONS[found[0]["tags"]["configuration"]]
-    report = found[0]["tags"].get("report", configuration.file_stem)
+    report = path_name(found[0]["tags"].get("report", configuration.file_stem), f"{source_uri}: tag report")
     newest = {}
     for run in found:  # newest first
         tags = run["tags"]

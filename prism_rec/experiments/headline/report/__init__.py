@@ -24,6 +24,7 @@ from .... import registry
 from ... import tuning
 from ....markdown import fill
 from ....files import read_jsonl, write_atomically
+from ....names import path_name
 from ..protocol import CASE_RANKS_NAME, DATASETS, MANIFEST_NAME, PROTOCOL, SEEDS, SETTINGS
 from ....training.metrics import METRIC_NAMES
 from ....paths import RESULTS_DIR, TEMPLATES_DIR
@@ -144,7 +145,7 @@ def write_results(manifest: list[dict], results_dir: Path | None = None, case_ra
         cells = [grid.cell(dataset, m) for m in grid.models if grid.cell(dataset, m).runs]
         if not cells:
             continue
-        folder = results_dir / dataset
+        folder = results_dir / path_name(dataset, "manifest dataset")
         write_atomically(folder / "auc.md", dataset_markdown(grid, dataset))
         write_atomically(folder / "auc.csv", dataset_csv(grid, dataset))
         summary = pd.DataFrame({"model": [label(c.model) for c in cells], "auc_mean": [c.mean for c in cells],
