@@ -27,6 +27,14 @@ def parse_option(text: str) -> tuple[str, object]:
         return key.replace("-", "_"), value
 
 
+def parse_cutoffs(text: str) -> tuple[int, ...]:
+    """'5,10,20' -> (5, 10, 20)."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"option --cutoffs: expected a comma list of integers, got {text!r}") from None
+
+
 def command_list(args) -> None:
     print("backbones:")
     for name in registry.list_backbones():
@@ -59,6 +67,7 @@ def command_bench(args) -> None:
         weight_decay=args.weight_decay, epochs=args.epochs, patience=args.patience, loss=args.loss,
         n_negatives=args.n_negatives, eval_batch_size=args.eval_batch_size, device=args.device,
         progress=not args.no_progress, backbone_options=dict(args.option), precision=args.precision,
+        cutoffs=tuple(args.cutoffs), exclude_history=args.exclude_history, sampled=args.sampled,
     )
     data_options = {"raw_dir": args.raw_dir, "split": args.split, "dedup": args.dedup,
                     "min_user_interactions": args.min_user_interactions,
@@ -135,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--n-negatives", type=int, default=defaults.n_negatives)
     bench.add_argument("--precision", choices=PRECISIONS, default=defaults.precision,
                        help="bf16: bf16 autocast on CUDA (default); fp32: fp32 with TF32 off (CPU is always fp32)")
+    bench.add_argument("--cutoffs", type=parse_cutoffs, default=defaults.cutoffs,
+                       help="Hit@K and NDCG@K cutoffs reported besides the table's 10,200,500 (comma list)")
+    bench.add_argument("--exclude-history", action="store_true",
+                       help="rank each target only against the items outside the user's history (as RecBole)")
+    bench.add_argument("--sampled", default=defaults.sampled,
+                       help="none (all items, default), or uniform:N / popularity:N sampled negatives per case "
+                            "(for comparison with papers that sample only)")
     bench.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     bench.add_argument("--threads", default="auto",
                        help="CPU threads: a count, or auto (default): OMP_NUM_THREADS if set, else 1, whatever the "

@@ -46,6 +46,7 @@ from ..training.config import config_hash
 from ..data.core import DataError, check_options as check_data_options
 from ..data.sources import load_dataset
 from ..errors import BenchFailures, OptionError
+from ..training.candidates import check_sampled
 from ..training.compile import resolve_compile
 from ..training.metrics import METRIC_NAMES
 from ..paths import RESULTS_DIR
@@ -199,6 +200,10 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
     dataset = load_dataset(dataset_name, **data_options)
     if world.is_main:
         world.barrier()
+    try:  # the sample size needs the catalogue: checked once it is loaded, before anything trains or is logged
+        check_sampled(dataset, config.sampled, config.exclude_history)
+    except ValueError as error:
+        raise OptionError(str(error)) from None
     keys = [(model, seed) for model in models for seed in seeds]
 
     def run_hash_for(model: str, seed: int) -> str:

@@ -7,7 +7,9 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
+from .candidates import parse_sampled
 from .compile import COMPILE_MODES
+from .metrics import CUTOFFS
 
 LOSSES = ("full", "sampled")
 PRECISIONS = ("bf16", "fp32")  # bf16: bf16 autocast on CUDA; fp32: fp32 everywhere, TF32 off (CPU is always fp32)
@@ -38,6 +40,14 @@ class TrainConfig:
     # the training step through torch.compile (prism_rec/training/compile.py): auto (the fastest mode verified for
     # the backbone on CUDA, eager elsewhere), off, inductor, cudagraphs, graphs
     compile: str = "auto"
+    # evaluation (metrics.py, candidates.py): the Hit/NDCG cutoffs reported besides the table's 10, 200, 500;
+    # history items removed from the candidates; "uniform:N" / "popularity:N" sampled negatives ("none": all items)
+    cutoffs: tuple[int, ...] = CUTOFFS
+    exclude_history: bool = False
+    sampled: str = "none"
+
+    def __post_init__(self):
+        self.cutoffs = tuple(self.cutoffs)  # a list read back from JSON names the same run
 
     def validate(self) -> None:
         if self.loss not in LOSSES:
@@ -55,6 +65,9 @@ class TrainConfig:
                 raise ValueError(f"option --{name.replace('_', '-')}: must be a finite number >= 0, got {value}")
         if self.patience < 0:
             raise ValueError(f"option --patience: must be >= 0, got {self.patience}")
+        if not self.cutoffs or not all(isinstance(k, int) and k >= 1 for k in self.cutoffs):
+            raise ValueError(f"option --cutoffs: every cutoff must be an integer >= 1, got {list(self.cutoffs)}")
+        parse_sampled(self.sampled)
 
     def params(self) -> dict:
         flat = asdict(self)
@@ -65,13 +78,15 @@ class TrainConfig:
 
     def identity(self) -> dict:
         """The params that define a run's result, i.e. all but the device: what a resumed run must match.
-        The precision counts only when it is not the default, so runs made before it was an option keep
-        their hashes."""
+        The precision and the evaluation settings count only when not at their defaults, so runs made before
+        they were options keep their hashes."""
         params = self.params()
         params.pop("device")
         params.pop("compile")  # how the step runs, like the device: runs keep their hashes and may resume across it
-        if params["precision"] == "bf16":
-            params.pop("precision")
+        defaults = TrainConfig()
+        for name in ("precision", "cutoffs", "exclude_history", "sampled"):  # options added later, at their default
+            if params[name] == getattr(defaults, name):
+                params.pop(name)
         return params
 
 

@@ -28,6 +28,7 @@ from ..data.core import ProcessedDataset
 from ..models.popularity import PopularityRecommender, training_counts
 from ..models.recommender import SequentialRecommender
 from ..registry import backbone_entry
+from .candidates import check_sampled
 from .checkpoint import (CHECKPOINT_FORMAT, StopRequest, capture_rng, data_signature, read_checkpoint, restore_rng,
                          save_atomically)
 from .compile import auto_compile
@@ -152,6 +153,7 @@ def _tf32_off(enabled: bool):
 def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch, checkpoint_path: Path | None,
          resume: bool, world: World) -> FitResult:
     config.validate()
+    check_sampled(dataset, config.sampled, config.exclude_history)
     if config.batch_size < world.size:
         raise ValueError(f"option --batch-size: {config.batch_size} windows cannot be shared by {world.size} processes")
     device = world.device(resolve_device(config.device))
