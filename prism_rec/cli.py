@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from . import registry
+from .recbole_bridge import config as recbole_models
 from .errors import BenchFailures, OptionError
 from .options import parse_seeds, resolve_models
 from .training.config import PRECISIONS, TrainConfig
@@ -45,6 +46,9 @@ def command_list(args) -> None:
             count = sum(p.numel() for p in backbone.parameters())
             line = f"  {name:<18} {count:>10,} backbone parameters at d_model={args.d_model}  {entry.description}"
         print(line)
+    print("RecBole models (through prism_rec/recbole_bridge: RecBole's own model, loss and trainer on our split):")
+    for name in recbole_models.SUPPORTED:
+        print(f"  {name:<18} {recbole_models.DESCRIPTIONS[name.removeprefix('recbole:')]}")
     print("datasets:")
     for name in registry.list_datasets():
         print(f"  {name:<18} {registry.get_dataset(name).description}")

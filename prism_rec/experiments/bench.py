@@ -53,6 +53,9 @@ from ..paths import RESULTS_DIR
 from ..tracking.plots import auc_bar_chart, learning_curve, learning_curves
 from ..tracking.records import (CASE_RANKS_ARTIFACT, case_ranks_entry, child_run, dataset_stats_tag, final_metrics,
                                 run_hash)
+from ..recbole_bridge import is_recbole
+from ..recbole_bridge.config import model_settings, run_options
+from ..recbole_bridge.run import fit_recbole
 from ..registry import backbone_entry, build_backbone, get_dataset
 from ..tracking.tables import LOCAL_RESULTS_DIR, markdown_table, spread_note, summarise, \
     with_test_user_intervals, write_tables
@@ -101,7 +104,20 @@ def check_bench_options(dataset_name: str, models: list[str], config: TrainConfi
     except DataError as error:
         raise OptionError(str(error)) from None
     for model in models:
-        _check_backbone(model, config)
+        if is_recbole(model):
+            _check_recbole(model, config)
+        else:
+            _check_backbone(model, config)
+
+
+def _check_recbole(model: str, config: TrainConfig) -> None:
+    """A RecBole model through the bridge: one it runs, with settings RecBole defines, trained eagerly."""
+    try:
+        run_options(model, config)
+    except (ValueError, ImportError) as error:
+        raise OptionError(str(error)) from None
+    if config.compile not in ("auto", "off"):
+        raise OptionError(f"option --compile {config.compile}: {model} trains eagerly in RecBole's own loop")
 
 
 def _check_backbone(model: str, config: TrainConfig) -> None:
@@ -141,6 +157,8 @@ def _blamed_option(message: str, config: TrainConfig) -> str:
 def backbone_options(model: str, config: TrainConfig) -> dict:
     """Every option of ``model``'s backbone as it is built: the factory's defaults, then the registered
     preset's, then ``config.backbone_options`` (the settings TrainConfig shares with every backbone left out)."""
+    if is_recbole(model):
+        return model_settings(model, config)
     entry = backbone_entry(model)
     defaults = {name: parameter.default for name, parameter in inspect.signature(entry.factory).parameters.items()
                 if parameter.default is not inspect.Parameter.empty and name not in SHARED_BACKBONE_SETTINGS}
@@ -152,7 +170,8 @@ def run_settings(model: str, config: TrainConfig, device, distributed: bool = Fa
     computes in (bf16 autocast only on CUDA, fp32 on the CPU), the compile mode that ``config.compile``
     resolves to, and every backbone option (:func:`backbone_options`) as ``backbone.<name>``."""
     params = {key: value for key, value in config.params().items() if not key.startswith("backbone.")}
-    params.update(device=str(device), precision=config.precision if device.type == "cuda" else "fp32",
+    params.update(device=str(device), precision=config.precision if device.type == "cuda" and not is_recbole(model)
+                  else "fp32",
                   compile=resolve_compile(config.compile, device, distributed, model))
     params.update({f"backbone.{key}": value for key, value in sorted(backbone_options(model, config).items())})
     return params
@@ -357,7 +376,7 @@ def _train_child(world: distributed.World, dataset, model: str, run_config: Trai
         if epoch not in logged:
             mlflow.log_metrics(row, step=epoch)
     mlflow.log_dict(run["config"], "config.json")
-    result = fit(dataset, model, run_config,
+    result = (fit_recbole if is_recbole(model) else fit)(dataset, model, run_config,
                  on_epoch=lambda epoch, metrics: mlflow.log_metrics(metrics, step=epoch + 1),
                  checkpoint_path=path, resume=planned.action == RESUME, world=world)
     _log_result(result, f"{dataset.name} {model} seed {run_config.seed}")
