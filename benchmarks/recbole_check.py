@@ -22,8 +22,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from prism_rec.data.sources import load_dataset
+from prism_rec.experiments.bench import cpu_threads
 from prism_rec.files import write_atomically
 from prism_rec.paths import RESULTS_DIR
 from prism_rec.recbole_bridge.run import fit_recbole
@@ -94,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "recbole_check.md")
     args = parser.parse_args(argv)
+    torch.set_num_threads(cpu_threads("auto"))
     base = TrainConfig(d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, max_len=args.max_len,
                        batch_size=args.batch_size, lr=args.lr, epochs=args.epochs, patience=args.patience,
                        device=args.device, progress=False)

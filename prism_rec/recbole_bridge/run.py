@@ -63,6 +63,18 @@ class RecBoleScorer(nn.Module):
         return scores[:, self.item_ids[1:]].float()
 
 
+def full_width(recbole_dataset, max_len: int) -> None:
+    """Right-pad the item_id_list field of a built RecBole dataset (one file's part) to ``max_len`` columns,
+    as RecBole's own data augmentation makes it: read from files, the field is only as wide as the part's
+    longest list, and models whose layers are sized by MAX_ITEM_LIST_LENGTH (Caser's vertical filter) need
+    the full width."""
+    sequences = recbole_dataset.inter_feat.interaction["item_id_list"]  # [N, w]
+    if sequences.shape[1] < max_len:
+        padding = sequences.new_zeros(len(sequences), max_len - sequences.shape[1])
+        recbole_dataset.inter_feat.interaction["item_id_list"] = torch.cat([sequences, padding], dim=1)
+        recbole_dataset.field2seqlen["item_id_list"] = max_len
+
+
 @contextlib.contextmanager
 def _recbole_output(folder: Path):
     """RecBole's log (it logs to the root logger) into ``folder``/recbole.log, and the tensorboard writer
@@ -113,6 +125,8 @@ def fit_recbole(dataset: ProcessedDataset, model: str, config: TrainConfig,
             recbole_utils.init_seed(config.seed, True)
             recbole_dataset = recbole_data.create_dataset(settings)
             train_data, valid_data, _ = recbole_data.data_preparation(settings, recbole_dataset)
+            for loader in (train_data, valid_data):
+                full_width(loader._dataset, config.max_len)
             recbole_utils.init_seed(config.seed, True)
             network = recbole_utils.get_model(name)(settings, train_data._dataset).to(device)
             trainer = recbole_utils.get_trainer(settings["MODEL_TYPE"], name)(settings, network)
