@@ -29,8 +29,9 @@ def dataset():
 
 
 def tiny_config(**changes):
-    return TrainConfig(d_model=8, max_len=MAX_LEN, epochs=1, batch_size=16, eval_batch_size=8, progress=False,
-                       device="cpu", **changes)
+    settings = dict(d_model=8, max_len=MAX_LEN, epochs=1, batch_size=16, eval_batch_size=8, progress=False,
+                    device="cpu")
+    return TrainConfig(**{**settings, **changes})
 
 
 def recbole_parts(dataset, folder, model="recbole:GRU4Rec"):
@@ -109,3 +110,33 @@ def test_list_shows_the_bridged_models(capsys):
     out = capsys.readouterr().out
     for name in ("recbole:BERT4Rec", "recbole:Caser", "recbole:GRU4Rec", "recbole:NARM", "recbole:SASRec"):
         assert f"  {name} " in out
+
+
+@pytest.mark.parametrize("model", ["recbole:BERT4Rec", "recbole:Caser", "recbole:NARM", "recbole:SASRec"])
+def test_every_bridged_model_trains_and_is_ranked(dataset, model):
+    # max_len 10: BERT4Rec masks int(0.2 * max_len) items, Caser's vertical filter spans max_len positions
+    result = fit_recbole(dataset, model, tiny_config(max_len=10))
+    assert result.epochs_run == 1 and 0 <= result.test["auc"] <= 1
+    assert (result.test_case_ranks["users"] == dataset.test_cases[:, 0]).all()
+
+
+def test_bench_runs_a_bridged_model_beside_ours(dataset, store, tmp_path, monkeypatch):
+    import mlflow
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    users = np.repeat(dataset.user_ids, np.diff(dataset.offsets))
+    lines = [f"{u}\t{dataset.item_ids[i]}\t1\t{t}" for u, i, t in zip(users, dataset.items, dataset.timestamps)]
+    (raw / "tiny.inter").write_text("user_id:token\titem_id:token\trating:float\ttimestamp:float\n"
+                                    + "\n".join(lines) + "\n")
+    monkeypatch.chdir(tmp_path)
+    main(["bench", "--dataset", "recbole-inter", "--raw-dir", str(raw), "--models", "recbole:GRU4Rec,sasrec",
+          "--epochs", "1", "--d-model", "8", "--max-len", str(MAX_LEN), "--no-progress", "--cutoffs", "3",
+          "--results-dir", str(tmp_path / "results"), "--checkpoint-dir", str(tmp_path / "checkpoints")])
+    runs = mlflow.search_runs(search_all_experiments=True, filter_string="tags.prism_rec_role = 'child'")
+    assert sorted(runs["tags.model"]) == ["recbole:GRU4Rec", "sasrec"] and set(runs["status"]) == {"FINISHED"}
+    bridged = runs[runs["tags.model"] == "recbole:GRU4Rec"].iloc[0]
+    assert bridged["params.backbone.embedding_size"] == "8" and bridged["params.backbone.loss_type"] == "CE"
+    assert bridged["params.precision"] == "fp32" and 0 <= bridged["metrics.test_hit_3"] <= 1
+    assert "case_ranks.json" in {a.path for a in mlflow.MlflowClient().list_artifacts(bridged["run_id"])}
+    assert not {"log", "log_tensorboard", "saved"} & {path.name for path in tmp_path.iterdir()}  # RecBole's cwd output
