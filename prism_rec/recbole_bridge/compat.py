@@ -68,3 +68,15 @@ def isolated_config():
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         else:
             os.environ["CUDA_VISIBLE_DEVICES"] = saved
+
+
+@contextlib.contextmanager
+def cudnn_flags_kept():
+    """Restore torch.backends.cudnn's benchmark and deterministic flags after the block: RecBole's init_seed
+    sets them for the whole process, and the runs that follow a RecBole run in the same bench must not train
+    under them."""
+    saved = torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = saved

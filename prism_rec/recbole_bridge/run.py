@@ -30,7 +30,7 @@ from ..training.devices import resolve_device
 from ..training.distributed import SINGLE_PROCESS, World
 from ..training.evaluation import evaluate
 from ..training.trainer import FitResult, peak_memory_mb
-from .compat import isolated_config, import_recbole
+from .compat import cudnn_flags_kept, import_recbole, isolated_config
 from .config import config_dict, model_class_name
 from .split import NAME, write_split
 
@@ -102,8 +102,9 @@ def fit_recbole(dataset: ProcessedDataset, model: str, config: TrainConfig,
                 resume: bool = False, world: World = SINGLE_PROCESS) -> FitResult:
     """``trainer.fit``'s counterpart for ``model`` "recbole:<Model>" (module docstring): the best checkpoint's
     test metrics and case ranks by our evaluator, the history of every validated epoch (train_loss, our
-    valid_* metrics and RecBole's own ``recbole_valid_score``), best_epoch RecBole's. RecBole keeps no
-    checkpoint to resume from: ``checkpoint_path`` and ``resume`` are refused."""
+    valid_* metrics and RecBole's own ``recbole_valid_score``), best_epoch RecBole's. ``checkpoint_path`` is
+    not written (RecBole keeps its checkpoints in the temporary folder, and nothing resumes from them):
+    ``resume`` is refused."""
     name = model_class_name(model)
     config.validate()
     check_sampled(dataset, config.sampled, config.exclude_history)
@@ -117,7 +118,7 @@ def fit_recbole(dataset: ProcessedDataset, model: str, config: TrainConfig,
     with tempfile.TemporaryDirectory(prefix="prism-recbole-") as temporary:
         folder = Path(temporary)
         data_path = write_split(dataset, folder / "data", config.max_len).parent
-        with _recbole_output(folder):
+        with _recbole_output(folder), cudnn_flags_kept():
             with isolated_config():
                 settings = recbole_config.Config(model=name, dataset=NAME, config_dict=config_dict(
                     model, config, data_path, folder, device.type == "cuda"))
