@@ -6,7 +6,7 @@ dependencies it does not need here (ray), and run.py trains the model with RecBo
 evaluates its best checkpoint with prism_rec/training/evaluation.py.
 """
 
-PREFIX = "recbole:"
+from ..registry import RECBOLE_PREFIX as PREFIX
 
 
 def is_recbole(model: str) -> bool:
