@@ -30,15 +30,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from prism_rec.data.batching import training_windows
 from prism_rec.data.sources import load_dataset
 from prism_rec.experiments.bench import cpu_threads
 from prism_rec.files import write_atomically
 from prism_rec.paths import RESULTS_DIR
 from prism_rec.recbole_bridge.run import fit_recbole
+from prism_rec.recbole_bridge.split import training_cases
 from prism_rec.tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
 from prism_rec.options import parse_seeds
 from prism_rec.tracking.case_ranks import CaseRanks, decode, encode
 from prism_rec.training.config import TrainConfig
+from prism_rec.training.devices import resolve_device
 from prism_rec.training.trainer import fit
 
 MODELS = {"sasrec": fit, "recbole:SASRec": fit_recbole}
@@ -80,7 +83,14 @@ def train_runs(name: str, dataset, seeds: list[int], base: TrainConfig, runs_dir
     return runs
 
 
-def dataset_section(name: str, dataset, runs: dict) -> str:
+def steps_per_epoch(dataset, config: TrainConfig) -> dict[str, int]:
+    """Optimizer steps per epoch of each model: ours over training windows of max_len + 1 items, RecBole's
+    over one sequence per training target (split.training_cases)."""
+    return {"sasrec": math.ceil(len(training_windows(dataset, config.max_len)) / config.batch_size),
+            "recbole:SASRec": math.ceil(len(training_cases(dataset)) / config.batch_size)}
+
+
+def dataset_section(name: str, dataset, runs: dict, config: TrainConfig) -> str:
     """The Markdown section of ``name`` over the seeds both models have finished."""
     seeds = sorted(set.intersection(*(set(by_seed) for by_seed in runs.values())))
     header = f"## {name}: {dataset.n_users:,} users, {dataset.n_items:,} items, split {dataset.options['split']}"
@@ -101,7 +111,13 @@ def dataset_section(name: str, dataset, runs: dict) -> str:
         lines.append(f"| {model} | " + " | ".join(f"{value:.4f}" for value in means)
                      + f" | [{low:.4f}, {high:.4f}] | {epochs} | {wall:.0f} |")
     difference = paired_difference(per_user["sasrec"], per_user["recbole:SASRec"], cases=weights)
-    lines += ["", f"Ours minus RecBole's, per-user test AUC over {difference.n_users:,} users and seed(s) "
+    steps = steps_per_epoch(dataset, config)
+    lines += ["", f"Optimizer steps per epoch at batch {config.batch_size}: ours {steps['sasrec']:,} (every training "
+              f"target once, in windows of {config.max_len + 1}), RecBole's {steps['recbole:SASRec']:,} (one "
+              "sequence per target): at equal epochs RecBole takes "
+              f"{steps['recbole:SASRec'] / steps['sasrec']:.0f}x the steps, so only converged runs (early "
+              "stopping, not the epoch cap) say whether the two are equally good.",
+              "", f"Ours minus RecBole's, per-user test AUC over {difference.n_users:,} users and seed(s) "
               f"{', '.join(map(str, seeds))}: {difference.mean:+.4f}, 95% interval [{difference.low:+.4f}, "
               f"{difference.high:+.4f}], Wilcoxon p {difference.wilcoxon_p:.3g}, Welch p over seeds "
               f"{difference.seed_p:.3g}: {verdict(difference)}.", ""]
@@ -136,10 +152,12 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.datasets.split(","):
         dataset = load_dataset(name)
         runs = train_runs(name, dataset, parse_seeds(args.seeds), base, args.runs_dir, deadline)
-        sections.append(dataset_section(name, dataset, runs))
+        sections.append(dataset_section(name, dataset, runs, base))
     text = ("# RecBole's SASRec and ours on the same split\n\n"
             f"Made by `{command}` (benchmarks/recbole_check.py says what each side trains with). Test metrics of "
-            "this suite's evaluator: full ranking over all items, history kept.\n\n" + "\n".join(sections))
+            "this suite's evaluator: full ranking over all items, history kept. Trained on "
+            f"{resolve_device(args.device)} (wall times are that machine's as it ran, other work included).\n\n"
+            + "\n".join(sections))
     write_atomically(args.out, text)
     print(text)
 
