@@ -13,6 +13,7 @@ import typing
 from pathlib import Path
 
 from . import registry
+from .recbole_bridge import config as recbole_models
 from .errors import BenchFailures, OptionError
 from .options import STORE_COMMANDS, check_options, parse_seeds, resolve_models
 from .training.config import TrainConfig
@@ -46,6 +47,9 @@ def command_list(args) -> None:
             count = sum(p.numel() for p in backbone.parameters())
             line = f"  {name:<18} {count:>10,} backbone parameters at d_model={args.d_model}  {entry.description}"
         print(line)
+    print("RecBole models (through prism_rec/recbole_bridge: RecBole's own model, loss and trainer on our split):")
+    for name in recbole_models.SUPPORTED:
+        print(f"  {name:<18} {recbole_models.DESCRIPTIONS[name.removeprefix('recbole:')]}")
     print("datasets:")
     for name in registry.list_datasets():
         print(f"  {name:<18} {registry.get_dataset(name).description}")
@@ -58,16 +62,18 @@ def train_options() -> list[dataclasses.Field]:
 
 def add_train_options(parser: argparse.ArgumentParser) -> None:
     """An option per ``train_options`` field: ``--<name>`` of the field's type, default, help and choices;
-    ``--no-<name>`` for a bool that defaults to True; no default for one the dataset sets."""
+    ``--no-<name>`` for a bool that defaults to True, ``--<name>`` for one that defaults to False; no default for
+    one the dataset sets."""
     types = typing.get_type_hints(TrainConfig)
     for option in train_options():
         flag = option.name.replace("_", "-")
         if types[option.name] is bool:
-            parser.add_argument(f"--no-{flag}", dest=option.name, action="store_false", help=option.metadata["help"])
+            name, action = (f"--no-{flag}", "store_false") if option.default else (f"--{flag}", "store_true")
+            parser.add_argument(name, dest=option.name, action=action, help=option.metadata["help"])
             continue
         default = None if option.metadata["per_dataset"] else option.default
-        parser.add_argument(f"--{flag}", type=types[option.name], default=default, choices=option.metadata["choices"],
-                            help=option.metadata["help"])
+        parser.add_argument(f"--{flag}", type=option.metadata["parse"] or types[option.name], default=default,
+                            choices=option.metadata["choices"], help=option.metadata["help"])
 
 
 def train_config(args, source, **values) -> TrainConfig:

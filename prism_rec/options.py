@@ -32,12 +32,12 @@ NUMBER_RANGES = {
 
 
 def resolve_models(text: str, option: str = "--models") -> list[str]:
-    """'all' -> every registered backbone; 'a,b' -> ['a', 'b'] when both are registered (else an error
-    naming ``option``)."""
+    """'all' -> every registered backbone; 'a,b' -> ['a', 'b'] when both are registered or name RecBole
+    models ("recbole:<Model>", which bench checks against the bridge), else an error naming ``option``."""
     registered = registry.list_backbones()
     names = registered if text == "all" else [name.strip() for name in text.split(",") if name.strip()]
     check_unique(names, option)
-    unknown = [name for name in names if name not in registered]
+    unknown = [name for name in names if name not in registered and not name.startswith(registry.RECBOLE_PREFIX)]
     if unknown or not names:
         raise OptionError(f"option {option}: unknown backbone(s) {unknown or text!r}; "
                           f"registered: {', '.join(registered)}")

@@ -47,6 +47,10 @@ from ..data.core import DataError, check_options as check_data_options
 from ..data.sources import load_dataset
 from ..errors import BenchFailures, OptionError
 from ..files import remove_stale_temporaries
+from ..training.candidates import check_sampled
+from ..recbole_bridge import is_recbole
+from ..recbole_bridge.config import run_options
+from ..recbole_bridge.run import fit_recbole
 from ..paths import RESULTS_DIR
 from ..tracking import runs
 from ..tracking.records import child_run, dataset_stats_tag, run_hash
@@ -96,7 +100,20 @@ def check_bench_options(dataset_name: str, models: list[str], config: TrainConfi
     except DataError as error:
         raise OptionError(str(error)) from None
     for model in models:
-        _check_backbone(model, config)
+        if is_recbole(model):
+            _check_recbole(model, config)
+        else:
+            _check_backbone(model, config)
+
+
+def _check_recbole(model: str, config: TrainConfig) -> None:
+    """A RecBole model through the bridge: one it runs, with settings RecBole defines, trained eagerly."""
+    try:
+        run_options(model, config)
+    except (ValueError, ImportError) as error:
+        raise OptionError(str(error)) from None
+    if config.compile not in ("auto", "off"):
+        raise OptionError(f"option --compile {config.compile}: {model} trains eagerly in RecBole's own loop")
 
 
 def _check_backbone(model: str, config: TrainConfig) -> None:
@@ -168,6 +185,15 @@ def bench(dataset_name: str, models: list[str], seeds: list[int], config: TrainC
         distributed.stop(world)
 
 
+def _check_sample_size(dataset, config: TrainConfig) -> None:
+    """--sampled against the catalogue, which it needs: checked once the dataset is loaded, before anything
+    trains or is logged."""
+    try:
+        check_sampled(dataset, config.sampled, config.exclude_history)
+    except ValueError as error:
+        raise OptionError(str(error)) from None
+
+
 def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds: list[int], config: TrainConfig,
            data_options: dict, results_dir: Path, command: str, resume: bool, checkpoint_dir: Path) -> dict:
     if not world.is_main:  # rank 0 prepares (and caches) the dataset first
@@ -175,6 +201,7 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
     dataset = load_dataset(dataset_name, **data_options)
     if world.is_main:
         world.barrier()
+    _check_sample_size(dataset, config)
     keys = [(model, seed) for model in models for seed in (seeds if trains(model) else seeds[:1])]
 
     def run_hash_for(model: str, seed: int) -> str:
@@ -314,7 +341,8 @@ def _train_child(world: distributed.World, dataset, model: str, run_config: Trai
     """Train one (model, seed) inside its active child run (prepared by runs.prepare_child), per-epoch
     metrics at step = epoch (1-based), then the result."""
     runs.prepare_child(run_id, run, planned.child_id is None, planned.history)
-    result = fit(dataset, model, run_config, on_epoch=lambda epoch, metrics: runs.log_epoch(metrics, epoch + 1),
+    trainer = fit_recbole if is_recbole(model) else fit
+    result = trainer(dataset, model, run_config, on_epoch=lambda epoch, metrics: runs.log_epoch(metrics, epoch + 1),
                  checkpoint_path=path, resume=planned.action == RESUME, world=world)
     # the one validation row of a recommender that does not train is no curve
     runs.log_result(result, f"{dataset.name} {model} seed {run_config.seed}", curve=trains(model))

@@ -21,6 +21,7 @@ import torch
 from .case_ranks import encode as encode_case_ranks
 from ..data.core import ProcessedDataset
 from ..names import path_name
+from ..recbole_bridge import is_recbole
 from ..files import jsonl_text, read_jsonl, write_atomically
 from ..registry import backbone_entry
 from ..training.compile import resolve_compile
@@ -48,7 +49,12 @@ def dataset_stats_tag(dataset: ProcessedDataset) -> str:
 
 def backbone_options(model: str, config: TrainConfig) -> dict:
     """Every option of ``model``'s backbone as it is built: the factory's defaults, then the registered
-    preset's, then ``config.backbone_options`` (the settings TrainConfig shares with every backbone left out)."""
+    preset's, then ``config.backbone_options`` (the settings TrainConfig shares with every backbone left out);
+    for a RecBole model, the settings the bridge passes to it (recbole_bridge/config.py)."""
+    if is_recbole(model):
+        from ..recbole_bridge.config import model_settings
+
+        return model_settings(model, config)
     entry = backbone_entry(model)
     defaults = {name: parameter.default for name, parameter in inspect.signature(entry.factory).parameters.items()
                 if parameter.default is not inspect.Parameter.empty and name not in SHARED_BACKBONE_SETTINGS}
@@ -57,10 +63,11 @@ def backbone_options(model: str, config: TrainConfig) -> dict:
 
 def run_settings(model: str, config: TrainConfig, device, distributed: bool = False) -> dict:
     """``config.params()`` as the run trains on ``device``: the device itself (not "auto"), the precision it
-    computes in (bf16 autocast only on CUDA, fp32 on the CPU), the compile mode that ``config.compile``
-    resolves to, and every backbone option (:func:`backbone_options`) as ``backbone.<name>``."""
+    computes in (bf16 autocast only on CUDA, fp32 on the CPU and for RecBole's models), the compile mode that
+    ``config.compile`` resolves to, and every backbone option (:func:`backbone_options`) as ``backbone.<name>``."""
     params = {key: value for key, value in config.params().items() if not key.startswith("backbone.")}
-    params.update(device=str(device), precision=config.precision if device.type == "cuda" else "fp32",
+    params.update(device=str(device),
+                  precision=config.precision if device.type == "cuda" and not is_recbole(model) else "fp32",
                   compile=resolve_compile(config.compile, device, distributed, model))
     params.update({f"backbone.{key}": value for key, value in sorted(backbone_options(model, config).items())})
     return params

@@ -31,8 +31,9 @@ COLUMN_TITLES = {"auc": "AUC", **{f"{kind}_{k}": f"{kind.upper() if kind == 'ndc
 
 
 PROTOCOL_PARAMS = ("d_model", "dropout", "max_len", "batch_size", "lr", "weight_decay", "epochs", "patience", "loss",
-                   "n_negatives", "precision")
-LATER_PARAMS = {"params.precision": "bf16"}  # params added later: the value runs logged before them had
+                   "n_negatives", "precision", "exclude_history", "sampled")
+# params added later: the value runs logged before them had
+LATER_PARAMS = {"params.precision": "bf16", "params.exclude_history": "False", "params.sampled": "none"}
 HEADLINE_MARKER = "(protocol headline-"  # in the first line of the headline report's results/<dataset>/auc.md
 
 

@@ -2,22 +2,35 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field
 
+from .candidates import parse_sampled
 from .compile import COMPILE_MODES
+from .metrics import CUTOFFS
 
 LOSSES = ("full", "sampled")
 PRECISIONS = ("bf16", "fp32")  # bf16: bf16 autocast on CUDA; fp32: fp32 everywhere, TF32 off (CPU is always fp32)
 
 
-def knob(default, help: str, choices: tuple | None = None, per_dataset: bool = False):
-    """A ``TrainConfig`` field with what ``prism-rec bench`` says of it: its help, its choices, and whether an
-    unset option takes the dataset's value (``per_dataset``) instead of ``default``. Bench's options are made
-    from these fields, so a new field is a new option."""
-    return field(default=default, metadata={"help": help, "choices": choices, "per_dataset": per_dataset})
+def knob(default, help: str, choices: tuple | None = None, per_dataset: bool = False, parse=None):
+    """A ``TrainConfig`` field with what ``prism-rec bench`` says of it: its help, its choices, whether an
+    unset option takes the dataset's value (``per_dataset``) instead of ``default``, and the function that reads
+    its text (``parse``; default: the field's type). Bench's options are made from these fields, so a new field
+    is a new option."""
+    return field(default=default, metadata={"help": help, "choices": choices, "per_dataset": per_dataset,
+                                            "parse": parse})
+
+
+def parse_cutoffs(text: str) -> tuple[int, ...]:
+    """'5,10,20' -> (5, 10, 20)."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma list of integers, got {text!r}") from None
 
 
 @dataclass
@@ -48,6 +61,16 @@ class TrainConfig:
     compile: str = knob("auto", "the training step through torch.compile (prism_rec/training/compile.py): auto (the "
                                 "fastest mode verified for the backbone on CUDA, eager elsewhere), off, or a mode",
                         COMPILE_MODES)
+    # evaluation (metrics.py, candidates.py)
+    cutoffs: tuple[int, ...] = knob(CUTOFFS, "Hit@K and NDCG@K cutoffs reported besides the table's 10,200,500 "
+                                             "(comma list)", parse=parse_cutoffs)
+    exclude_history: bool = knob(False, "rank each target only against the items outside the user's history "
+                                        "(as RecBole)")
+    sampled: str = knob("none", "none (all items, default), or uniform:N / popularity:N sampled negatives per case "
+                                "(for comparison with papers that sample only)")
+
+    def __post_init__(self):
+        self.cutoffs = tuple(self.cutoffs)  # a list read back from JSON names the same run
 
     def validate(self) -> None:
         if self.loss not in LOSSES:
@@ -65,6 +88,9 @@ class TrainConfig:
                 raise ValueError(f"option --{name.replace('_', '-')}: must be a finite number >= 0, got {value}")
         if self.patience < 0:
             raise ValueError(f"option --patience: must be >= 0, got {self.patience}")
+        if not self.cutoffs or not all(isinstance(k, int) and k >= 1 for k in self.cutoffs):
+            raise ValueError(f"option --cutoffs: every cutoff must be an integer >= 1, got {list(self.cutoffs)}")
+        parse_sampled(self.sampled)
 
     def params(self) -> dict:
         flat = asdict(self)
@@ -75,13 +101,15 @@ class TrainConfig:
 
     def identity(self) -> dict:
         """The params that define a run's result, i.e. all but the device: what a resumed run must match.
-        The precision counts only when it is not the default, so runs made before it was an option keep
-        their hashes."""
+        The precision and the evaluation settings count only when not at their defaults, so runs made before
+        they were options keep their hashes."""
         params = self.params()
         params.pop("device")
         params.pop("compile")  # how the step runs, like the device: runs keep their hashes and may resume across it
-        if params["precision"] == "bf16":
-            params.pop("precision")
+        defaults = TrainConfig()
+        for name in ("precision", "cutoffs", "exclude_history", "sampled"):  # options added later, at their default
+            if params[name] == getattr(defaults, name):
+                params.pop(name)
         return params
 
 

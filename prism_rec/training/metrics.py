@@ -1,18 +1,30 @@
-"""Full-ranking metrics: the target is ranked against ALL items (no sampled candidates).
+"""Ranking metrics: the target is ranked against its candidates, by default ALL items.
 
-For one test case with target score s* among n items (the target included):
-- AUC = (#items scored below s* + 0.5 * #other items tied with s*) / (n - 1)
-- rank = #items scored above s* + #other items tied with s* (0-based, ties counted against the target)
-- Hit@K = [rank < K];  NDCG@K = [rank < K] / log2(rank + 2)
-Every metric is averaged over test cases. History items are not removed from the candidates.
+For one test case with target score s* among n candidates (the target included):
+- AUC = (#candidates scored below s* + 0.5 * #other candidates tied with s*) / (n - 1)
+- rank = #candidates scored above s* + #other candidates tied with s* (0-based, ties counted against the target)
+- MRR = 1 / (rank + 1);  Hit@K = [rank < K];  NDCG@K = [rank < K] / log2(rank + 2)
+Every metric is averaged over test cases. The candidates are every item by default (history items kept);
+:func:`candidate_counts` narrows them to the items outside the user's history (``excluded``) or to the target
+and N sampled negatives (``negatives``).
 """
 
 from __future__ import annotations
 
 import torch
 
-CUTOFFS = (10, 200, 500)
-METRIC_NAMES = ("auc",) + tuple(f"{kind}_{k}" for k in CUTOFFS for kind in ("hit", "ndcg"))
+CUTOFFS = (10, 200, 500)  # the default table's cutoffs: every evaluation computes them
+METRIC_NAMES = ("auc",) + tuple(f"{kind}_{k}" for k in CUTOFFS for kind in ("hit", "ndcg"))  # the table's columns
+
+
+def metric_names(cutoffs: tuple[int, ...] = CUTOFFS) -> tuple[str, ...]:
+    """Every metric an evaluation with ``cutoffs`` reports: AUC, MRR, Hit@K and NDCG@K."""
+    return ("auc", "mrr") + tuple(f"{kind}_{k}" for k in evaluation_cutoffs(cutoffs) for kind in ("hit", "ndcg"))
+
+
+def evaluation_cutoffs(cutoffs: tuple[int, ...]) -> tuple[int, ...]:
+    """The cutoffs computed for a run asking for ``cutoffs``: those and the table's (sorted, once each)."""
+    return tuple(sorted(set(CUTOFFS) | set(cutoffs)))
 
 
 def target_counts(scores: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -26,18 +38,41 @@ def target_counts(scores: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Te
     return (scores > target_scores).sum(1), (scores == target_scores).sum(1) - 1
 
 
-def rank_metrics(scores: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+def candidate_counts(scores: torch.Tensor, targets: torch.Tensor, excluded: torch.Tensor | None = None,
+                     negatives: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(#candidates above the target, #other candidates tied with it, #candidates) [N] each, for scores
+    [N, n_items] and target columns [N]. The candidates are every item, less the columns ``excluded`` marks
+    (bool [N, n_items], never the target's), or, with ``negatives`` (columns [N, S]), the target and those."""
+    if negatives is not None:
+        target_scores = scores.gather(1, targets.long().unsqueeze(1))  # [N, 1]
+        candidates = torch.cat([target_scores, scores.gather(1, negatives.long())], dim=1)  # [N, 1 + S]
+        above, tied = target_counts(candidates, torch.zeros_like(targets))
+        return above, tied, torch.full_like(above, candidates.shape[1])
+    above, tied = target_counts(scores, targets)
+    n_candidates = torch.full_like(above, scores.shape[1])
+    if excluded is None:
+        return above, tied, n_candidates
+    target_scores = scores.gather(1, targets.long().unsqueeze(1))  # [N, 1]
+    above = above - (excluded & (scores > target_scores)).sum(1)
+    tied = tied - (excluded & (scores == target_scores)).sum(1)
+    return above, tied, n_candidates - excluded.sum(1)
+
+
+def rank_metrics(scores: torch.Tensor, targets: torch.Tensor, cutoffs: tuple[int, ...] = CUTOFFS) -> dict:
     """Per-case metrics for scores [N, n_items] and target columns [N] (0-based item columns)."""
-    return metrics_from_counts(*target_counts(scores, targets), scores.shape[1])
+    return metrics_from_counts(*target_counts(scores, targets), scores.shape[1], cutoffs)
 
 
-def metrics_from_counts(above: torch.Tensor, tied_others: torch.Tensor, n_items: int) -> dict[str, torch.Tensor]:
-    """Per-case metrics from :func:`target_counts` among ``n_items`` items."""
+def metrics_from_counts(above: torch.Tensor, tied_others: torch.Tensor, n_candidates: int | torch.Tensor,
+                        cutoffs: tuple[int, ...] = CUTOFFS) -> dict[str, torch.Tensor]:
+    """Per-case metrics from :func:`target_counts` among ``n_candidates`` candidates (one count, or one per
+    case [N]), at :func:`evaluation_cutoffs` of ``cutoffs``."""
     above, tied_others = above.double(), tied_others.double()
-    below = n_items - 1 - above - tied_others
-    metrics = {"auc": (below + 0.5 * tied_others) / (n_items - 1)}
+    n_candidates = torch.as_tensor(n_candidates, dtype=torch.float64, device=above.device)
+    below = n_candidates - 1 - above - tied_others
     rank = above + tied_others
-    for k in CUTOFFS:
+    metrics = {"auc": (below + 0.5 * tied_others) / (n_candidates - 1), "mrr": 1.0 / (rank + 1)}
+    for k in evaluation_cutoffs(cutoffs):
         hit = (rank < k).double()
         metrics[f"hit_{k}"] = hit
         metrics[f"ndcg_{k}"] = hit / torch.log2(rank + 2)
@@ -47,8 +82,8 @@ def metrics_from_counts(above: torch.Tensor, tied_others: torch.Tensor, n_items:
 class MetricMeans:
     """Running sums of per-case metrics; ``means()`` gives the averages over all cases added."""
 
-    def __init__(self):
-        self.sums = {name: 0.0 for name in METRIC_NAMES}
+    def __init__(self, names: tuple[str, ...] = metric_names()):
+        self.sums = {name: 0.0 for name in names}
         self.count = 0
 
     def add(self, per_case: dict[str, torch.Tensor]) -> None:

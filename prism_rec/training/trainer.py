@@ -28,6 +28,7 @@ from ..data.core import ProcessedDataset
 from ..models.popularity import PopularityRecommender, training_counts
 from ..models.recommender import SequentialRecommender
 from ..registry import trains
+from .candidates import check_sampled
 from .checkpoint import StopRequest, capture_rng, read_checkpoint, restore_rng, run_identity, write_checkpoint
 from .compile import auto_compile
 from .config import TrainConfig
@@ -151,6 +152,7 @@ def _tf32_off(enabled: bool):
 def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch, checkpoint_path: Path | None,
          resume: bool, world: World) -> FitResult:
     config.validate()
+    check_sampled(dataset, config.sampled, config.exclude_history)
     if config.batch_size < world.size:
         raise ValueError(f"option --batch-size: {config.batch_size} windows cannot be shared by {world.size} processes")
     device = world.device(resolve_device(config.device))
