@@ -46,3 +46,12 @@ def test_resolve_names_the_package_at_fault(tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     assert load_resolve().fault(result) == "ray==2.6.3"
+
+
+def test_every_package_of_the_tree_is_listed_for_installation():
+    """A regular (non-editable) install ships only the packages pyproject.toml lists: every folder with an
+    __init__.py under prism_rec/, kernels/ and baselines/ must be one of them."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = {".".join((name, *init.parent.relative_to(ROOT / folder).parts))
+             for name, folder in setuptools["package-dir"].items() for init in (ROOT / folder).rglob("__init__.py")}
+    assert found == set(setuptools["packages"])
