@@ -56,9 +56,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from prism_rec.kernels.compiled_scan import delta_scan
 from torch import nn
 
-from prism_rec.kernels.compiled_scan import delta_scan
 from prism_rec.models.attention import channel_decay_attention
 from prism_rec.models.nn import BlockStack, silu_mlp
 from prism_rec.registry import register_backbone

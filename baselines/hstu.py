@@ -133,7 +133,7 @@ class HSTULayer(nn.Module):
         projected = F.silu(self.uvqk(F.layer_norm(x, x.shape[-1:], eps=self.eps)))
         u, v, q, k = projected.split([self.n_heads * self.linear_dim] * 2 + [self.n_heads * self.attention_dim] * 2, -1)
         q, k, v = (t.view(B, T, self.n_heads, -1) for t in (q, k, v))
-        if T <= self.dense_max_length:
+        if self.dense_max_length >= T:
             attended = torch.einsum("bhij,bjhd->bihd", self.attention_weights(q, k, mask), v)
         else:
             attended = self.blockwise_attention(q, k, v, mask)

@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from prism_rec.kernels.compiled_scan import delta_scan
 from torch import nn
 
 from prism_rec.models.init import apply_init
-from prism_rec.kernels.compiled_scan import delta_scan
 from prism_rec.models.nn import PreNormStack, RMSNorm, ShortConv, ssd_gate_init
 from prism_rec.registry import register_backbone
 

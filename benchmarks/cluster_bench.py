@@ -28,8 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from prism_rec.files import read_jsonl, write_atomically
 from prism_rec.experiments.headline.protocol import MANIFEST_NAME
+from prism_rec.files import read_jsonl, write_atomically
 
 START_SECONDS = 120.0
 RUN_KEYS = ("dataset", "model", "seed", "lr", "config_hash")

@@ -21,11 +21,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-WORDS = ("the a story book author character plot read reading loved great boring chapter ending series "
-         "recommend page writing style novel history life").split()
+WORDS = ["the", "a", "story", "book", "author", "character", "plot", "read", "reading", "loved", "great", "boring",
+         "chapter", "ending", "series", "recommend", "page", "writing", "style", "novel", "history", "life"]
 TEMPLATE = ('{{"reviewerID": "A{user:013d}", "asin": "{item:010d}", "reviewerName": "Reader {user}", '
             '"helpful": [{h0}, {h1}], "reviewText": "{text}", "overall": {rating}.0, "summary": "{summary}", '
             '"unixReviewTime": {stamp}, "reviewTime": "01 1, 2013"}}\n')
@@ -37,7 +37,7 @@ def generate(path: Path, lines: int, seed: int = 0) -> None:
     rng = random.Random(seed)
     users, items = max(1, 603_668 * lines // 8_898_041), max(1, 367_982 * lines // 8_898_041)
     texts = [" ".join(rng.choices(WORDS, k=rng.randint(35, 180))) for _ in range(1000)]
-    opener = gzip.open(path, "wt", compresslevel=1) if path.suffix == ".gz" else open(path, "w")
+    opener = gzip.open(path, "wt", compresslevel=1) if path.suffix == ".gz" else open(path, "w")  # noqa: SIM115
     with opener as handle:
         block = []
         for number in range(lines):
@@ -100,7 +100,7 @@ def write_results(result: dict, command: str) -> None:
     body = "\n".join([
         "## Read + prepare speed (synthetic Books-sized file)",
         "",
-        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {os.cpu_count()} cores, {cpu}, "
+        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {os.cpu_count()} cores, {cpu}, "
         f"Python {platform.python_version()}",
         f"- command: `{command}`",
         f"- file: {result['file']}, {result['lines']:,} lines, {result['file_gb']:.2f} GB (Amazon 2014 5-core layout)",

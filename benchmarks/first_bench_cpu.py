@@ -16,9 +16,9 @@ import time
 
 import torch
 
-from prism_rec.training import trainer
 from prism_rec.data.sources import load_dataset
 from prism_rec.registry import get_dataset
+from prism_rec.training import trainer
 
 
 def main() -> None:

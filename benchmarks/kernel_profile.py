@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
-
 from kernels_bench import bypass_fla_hopper_guard, guarded, load_kernels, parse_shapes, timed_calls
+from torch.profiler import ProfilerActivity, profile
 
 TRITON_OVERRIDES = ("chunk_size", "value_block")
 CHUNK_SPLIT_OVERRIDES = ("chunk", "key_block", "value_block", "sequential_value")  # chunk_split_delta_scan's
@@ -116,7 +115,7 @@ def main():
     lines = [
         f"# Delta-scan kernel profile: {torch.cuda.get_device_name()}",
         "",
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; command "
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; command "
         f"`python benchmarks/kernel_profile.py --shapes {args.shapes} --backends {args.backends} --variants "
         f"{args.variants}{''.join(f' --blocks {b}' for b in args.blocks or [])} --steps {args.steps}`. "
         "bf16 q, k, v, fp32 g and beta; "

@@ -22,13 +22,13 @@ import tempfile
 from pathlib import Path
 
 import triton
-from triton.backends.compiler import GPUTarget
 import triton.language as tl
+from prism_rec.kernels import chunk_split
+from prism_rec.kernels.triton_chunk import _backward_kernel, _forward_kernel, _num_warps
+from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from prism_rec.files import write_atomically
-from prism_rec.kernels import chunk_split
-from prism_rec.kernels.triton_chunk import _backward_kernel, _forward_kernel, _num_warps
 
 HOPPER = GPUTarget("cuda", 90, 32)
 PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"

@@ -417,7 +417,7 @@ class Report:
             "",
             f"- GPU: {gpu}; torch {torch.__version__}; Triton {triton.__version__}; "
             f"fla-core {fla_version}; Python {platform.python_version()}",
-            f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; script wall time "
+            f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; script wall time "
             f"{time.time() - self.started:.0f} s{'' if final else ' (running)'}",
             f"- command: `python benchmarks/kernels_bench.py {' '.join(sys.argv[1:])}`",
             f"- backends: {', '.join(self.backends)} (delta_scan's backend argument); bf16 q, k, v (and extra "

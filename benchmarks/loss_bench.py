@@ -37,9 +37,19 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from prism_rec.files import write_atomically  # noqa: E402
 from prism_rec.markdown import pipe_table  # noqa: E402
-from prism_rec.training.losses import (FIXED_CONFIG, FUSED_CONFIGS, FUSED_KERNELS, LaunchConfig,  # noqa: E402
-                                       chunked_logsumexp, full_softmax_loss_sum, fused_logsumexp, launch_backward,
-                                       launch_forward, product_operands, tile_width)
+from prism_rec.training.losses import (  # noqa: E402
+    FIXED_CONFIG,
+    FUSED_CONFIGS,
+    FUSED_KERNELS,
+    LaunchConfig,
+    chunked_logsumexp,
+    full_softmax_loss_sum,
+    fused_logsumexp,
+    launch_backward,
+    launch_forward,
+    product_operands,
+    tile_width,
+)
 
 SHAPES = [(12800, 20000, 64), (51200, 20000, 64), (49152, 20000, 64), (12800, 80000, 64), (12800, 20000, 256)]
 SMOKE_SHAPES = [(70, 300, 24), (130, 257, 64)]  # partial row and item tiles; d off and on a power of two

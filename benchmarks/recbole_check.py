@@ -34,11 +34,11 @@ from prism_rec.data.batching import training_windows
 from prism_rec.data.sources import load_dataset
 from prism_rec.experiments.bench import cpu_threads
 from prism_rec.files import write_atomically
+from prism_rec.options import parse_seeds
 from prism_rec.paths import RESULTS_DIR
 from prism_rec.recbole_bridge.run import fit_recbole
 from prism_rec.recbole_bridge.split import training_cases
 from prism_rec.tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
-from prism_rec.options import parse_seeds
 from prism_rec.tracking.case_ranks import CaseRanks, decode, encode
 from prism_rec.training.config import TrainConfig
 from prism_rec.training.devices import resolve_device

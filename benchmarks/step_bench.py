@@ -54,19 +54,29 @@ import time
 from pathlib import Path
 
 import torch
+from step_checks import check_compiled, check_fused, check_host_syncs
+from step_report import Report, merge, step_markdown
+from step_solo import measure_solo
+from step_timing import (
+    FLOOR,
+    Budget,
+    bench_step,
+    dtype_label,
+    failure,
+    peak_memory_gib,
+    profile_steps,
+    random_windows,
+    reset_memory,
+    timed_steps,
+)
 
+from prism_rec.markdown import fill
 from prism_rec.paths import TEMPLATES_DIR
 from prism_rec.registry import list_backbones, trains
-from prism_rec.markdown import fill
 from prism_rec.tracking.store import machine_description, triton_version
 from prism_rec.training.compile import resolve_compile
 from prism_rec.training.devices import resolve_device
 from prism_rec.training.losses import resolve_path
-from step_checks import check_compiled, check_fused, check_host_syncs
-from step_report import Report, merge, step_markdown
-from step_solo import measure_solo
-from step_timing import (FLOOR, Budget, bench_step, dtype_label, failure, peak_memory_gib, profile_steps,
-                         random_windows, reset_memory, timed_steps)
 
 TOP_OPERATORS = 8
 
@@ -229,7 +239,7 @@ def usable_loss_paths(option: str, device: torch.device) -> list[str]:
 def report_header(args: argparse.Namespace, device: torch.device, command: str,
                   shapes: list[tuple[int, int]]) -> list[str]:
     text = fill(TEMPLATES_DIR / "step_header.md", machine=machine_description(device),
-                when=f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}", torch=torch.__version__,
+                when=f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M}", torch=torch.__version__,
                 triton=triton_version(), dtype=dtype_label(device), command=command,
                 shapes=", ".join(f"{b} x {t}" for b, t in shapes), items=f"{args.items:,}", d_model=args.d_model,
                 n_layers=args.n_layers, n_heads=args.n_heads, steps=args.steps, warmup=args.warmup)

@@ -4,12 +4,12 @@ chunked one, the compiled encoders against eager, and the training step free of 
 from __future__ import annotations
 
 import torch
+from step_timing import bench_step, failure, random_windows, reset_memory, warm_up
 
 from prism_rec.models.recommender import SequentialRecommender
 from prism_rec.training.compile import gaps_to_eager, resolve_compile
 from prism_rec.training.losses import full_softmax_loss_sum
 from prism_rec.training.trainer import set_seed
-from step_timing import bench_step, failure, random_windows, reset_memory, warm_up
 
 # largest relative gap of the compiled encoder's output or gradients to eager (fp32, TF32 off) that passes:
 # results/step_compile.md measured 2e-5 and below; an error in a compiled graph shows as order 1

@@ -4,9 +4,10 @@ per backbone the fastest compiled mode that passed its check against eager (comp
 
 from __future__ import annotations
 
-from prism_rec.paths import TEMPLATES_DIR
-from prism_rec.markdown import fill, pipe_table
 from step_timing import FLOOR
+
+from prism_rec.markdown import fill, pipe_table
+from prism_rec.paths import TEMPLATES_DIR
 
 REFERENCE = "sasrec"
 

@@ -20,6 +20,7 @@ import datetime
 from pathlib import Path
 
 import torch
+from step_timing import profile_steps
 
 from prism_rec.data.batching import training_windows
 from prism_rec.data.sources import load_dataset
@@ -30,7 +31,6 @@ from prism_rec.tracking.store import machine_description
 from prism_rec.training.devices import resolve_device
 from prism_rec.training.step import TrainingStep
 from prism_rec.training.trainer import build_model, set_seed
-from step_timing import profile_steps
 
 TOP_OPERATORS = 6
 
@@ -71,7 +71,7 @@ def main() -> None:
     lines = [
         f"# Training-step profile: {args.dataset} on {machine_description(device)}",
         "",
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; command "
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; torch {torch.__version__}; command "
         f"`python benchmarks/step_profile.py --dataset {args.dataset} --models {args.models} --device {args.device} "
         f"--warmup {args.warmup} --steps {args.steps} --compile {args.compile}`. "
         "Headline settings (d_model 64, 2 layers, batch 256, bf16 "

@@ -8,10 +8,11 @@ import io
 import json
 from pathlib import Path
 
-from prism_rec.files import write_atomically
-from prism_rec.experiments.throughput.solo import SOLO_COLUMNS, SOLO_NAME
-from prism_rec.markdown import pipe_table
 from step_floor import floor_sections
+
+from prism_rec.experiments.throughput.solo import SOLO_COLUMNS, SOLO_NAME
+from prism_rec.files import write_atomically
+from prism_rec.markdown import pipe_table
 
 STEP_COLUMNS = ("section", "model", "seq_len", "n_items", "batch_size", "loss_path", "compile", "dtype", "step_ms",
                 "peak_memory_gib", "target_tokens", "status", "warmup_s")

@@ -6,13 +6,13 @@ from __future__ import annotations
 import statistics
 
 import torch
+from step_timing import bench_step, cycled, dtype_label, failure, reset_memory, timed_steps
 
 from prism_rec.data.batching import training_windows
 from prism_rec.data.core import MissingDataError
 from prism_rec.data.sources import load_dataset
 from prism_rec.registry import get_dataset
 from prism_rec.tracking.store import machine_description
-from step_timing import bench_step, cycled, dtype_label, failure, reset_memory, timed_steps
 
 HEADLINE_DATASETS = ("ml-100k", "yelp-iclrec", "electronics-gerec", "books-dealrec", "movies-long", "movies-fedcsr")
 

@@ -29,10 +29,20 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_chunk import (_chunk_backward, _chunk_forward, _chunk_inverse, _chunk_tokens, _given_or_zeros,
-                           _grad_buffers,
-                           _masked_decay, _on_input_device, _partial_sum_slots, _state_block,
-                           _summed_over_value_blocks, _value_block)
+from .triton_chunk import (
+    _chunk_backward,
+    _chunk_forward,
+    _chunk_inverse,
+    _chunk_tokens,
+    _given_or_zeros,
+    _grad_buffers,
+    _masked_decay,
+    _on_input_device,
+    _partial_sum_slots,
+    _state_block,
+    _summed_over_value_blocks,
+    _value_block,
+)
 
 
 @triton.jit

@@ -39,8 +39,14 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_chunk import (_given_or_zeros, _masked_decay, _on_input_device, _state_block,
-                           _unit_lower_inverse, _value_block)
+from .triton_chunk import (
+    _given_or_zeros,
+    _masked_decay,
+    _on_input_device,
+    _state_block,
+    _unit_lower_inverse,
+    _value_block,
+)
 
 CHUNK = 64
 CHUNKS = (16, 32, 64)  # what _unit_lower_inverse supports

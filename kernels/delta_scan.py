@@ -43,14 +43,7 @@ def _validate(q, k, v, g, beta, extra_k, extra_v, initial_state, backend):
     _check_shape("g", g, (B, T, H), "[B, T, H]")
     if beta is not None:
         _check_shape("beta", beta, (B, T, H), "[B, T, H]")
-    if (extra_k is None) != (extra_v is None):
-        raise ValueError("extra_k and extra_v must be given together")
-    if extra_k is not None:
-        if extra_k.dim() != 5 or extra_k.shape[3] < 1:
-            raise ValueError(f"extra_k must have shape [B, T, H, L, K] with L >= 1, got {tuple(extra_k.shape)}")
-        L = extra_k.shape[3]
-        _check_shape("extra_k", extra_k, (B, T, H, L, K), "[B, T, H, L, K]")
-        _check_shape("extra_v", extra_v, (B, T, H, L, V), "[B, T, H, L, V]")
+    _validate_extra(extra_k, extra_v, (B, T, H, K, V))
     if initial_state is not None:
         _check_shape("initial_state", initial_state, (B, H, K, V), "[B, H, K, V]")
     if backend in TRITON_BACKENDS and not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
@@ -61,6 +54,19 @@ def _validate(q, k, v, g, beta, extra_k, extra_v, initial_state, backend):
             raise ValueError(f"{name} must be a floating-point tensor, got {tensor.dtype}")
         if tensor is not None and tensor.device != q.device:
             raise ValueError(f"{name} is on {tensor.device} but q is on {q.device}")
+
+
+def _validate_extra(extra_k, extra_v, sizes: tuple[int, int, int, int, int]) -> None:
+    """The rank-L extra writes: both or neither, extra_k [B, T, H, L, K] and extra_v [B, T, H, L, V]."""
+    B, T, H, K, V = sizes
+    if (extra_k is None) != (extra_v is None):
+        raise ValueError("extra_k and extra_v must be given together")
+    if extra_k is not None:
+        if extra_k.dim() != 5 or extra_k.shape[3] < 1:
+            raise ValueError(f"extra_k must have shape [B, T, H, L, K] with L >= 1, got {tuple(extra_k.shape)}")
+        L = extra_k.shape[3]
+        _check_shape("extra_k", extra_k, (B, T, H, L, K), "[B, T, H, L, K]")
+        _check_shape("extra_v", extra_v, (B, T, H, L, V), "[B, T, H, L, V]")
 
 
 def delta_scan(q, k, v, g, beta=None, extra_k=None, extra_v=None, scale=None, initial_state=None,

@@ -13,9 +13,9 @@ import typing
 from pathlib import Path
 
 from . import registry
-from .recbole_bridge import config as recbole_models
 from .errors import BenchFailures, OptionError
 from .options import STORE_COMMANDS, check_options, parse_seeds, resolve_models
+from .recbole_bridge import config as recbole_models
 from .training.config import TrainConfig
 
 
@@ -137,7 +137,6 @@ def command_ui(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .training.checkpoint import CHECKPOINT_DIR
     from .data import commands as data_commands
     from .experiments import scaling, split_study
     from .experiments.headline import driver as headline
@@ -145,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .experiments.throughput import command as throughput_command
     from .protocols.authors import commands as authors_commands
     from .tracking.tables import LOCAL_RESULTS_DIR
+    from .training.checkpoint import CHECKPOINT_DIR
 
     parser = OneLineParser(prog="prism-rec", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)

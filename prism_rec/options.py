@@ -10,7 +10,6 @@ from pathlib import Path
 from . import registry
 from .errors import OptionError
 
-
 SEED_LIMIT = 2**32  # NumPy's seeds are 32-bit
 MAX_SEEDS = 10_000
 # Integer options by destination, with the range they must lie in: every subcommand's option of that name.
@@ -80,17 +79,7 @@ def check_options(args) -> None:
     backbone ``--option`` values of the option's type, and writable output folders. Raises
     :class:`OptionError` with one line naming the first bad option."""
     values = vars(args)
-    for dest, (low, high) in INTEGER_RANGES.items():
-        value = values.get(dest)
-        if value is not None and not low <= value <= high:
-            raise OptionError(f"option {option_name(dest)}: must be an integer in [{low}, {high}], got {value}")
-    for dest, (low, high, closed) in NUMBER_RANGES.items():
-        value = values.get(dest)
-        if value is not None and not (math.isfinite(value) and (low <= value if closed else low < value)
-                                      and value <= high):
-            bound = "[" if closed else "("
-            raise OptionError(f"option {option_name(dest)}: must be a finite number in {bound}{low:g}, {high:g}], "
-                              f"got {value}")
+    check_ranges(values)
     if isinstance(values.get("seeds"), str):
         parse_seeds(values["seeds"])
     elif isinstance(values.get("seeds"), int) and not 1 <= values["seeds"] <= MAX_SEEDS:
@@ -111,6 +100,21 @@ def check_options(args) -> None:
         if values.get(dest) is not None:
             check_writable(Path(values[dest]), option_name(dest),
                            folder=dest in FOLDER_OPTIONS or not Path(values[dest]).suffix)
+
+
+def check_ranges(values: dict) -> None:
+    """The integer and number options among ``values`` (by destination) inside their ranges."""
+    for dest, (low, high) in INTEGER_RANGES.items():
+        value = values.get(dest)
+        if value is not None and not low <= value <= high:
+            raise OptionError(f"option {option_name(dest)}: must be an integer in [{low}, {high}], got {value}")
+    for dest, (low, high, closed) in NUMBER_RANGES.items():
+        value = values.get(dest)
+        if value is not None and not (math.isfinite(value) and (low <= value if closed else low < value)
+                                      and value <= high):
+            bound = "[" if closed else "("
+            raise OptionError(f"option {option_name(dest)}: must be a finite number in {bound}{low:g}, {high:g}], "
+                              f"got {value}")
 
 
 def check_unique(names: list[str], option: str) -> None:

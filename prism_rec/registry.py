@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 DISCOVERED_PACKAGES = ("prism_rec.baselines", "prism_rec.models", "prism_rec.data")
 RECBOLE_PREFIX = "recbole:"  # "recbole:<Model>" names a RecBole model trained through prism_rec/recbole_bridge
-_BACKBONES: dict[str, "BackboneEntry"] = {}
+_BACKBONES: dict[str, BackboneEntry] = {}
 _DATASETS: dict[str, Any] = {}
 _discovered = False
 

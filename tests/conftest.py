@@ -89,7 +89,8 @@ def mlflow_server(store, tiny, one_torch_thread):
     server = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", os.environ["MLFLOW_TRACKING_URI"],
          "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=open(store / "server.log", "w"), start_new_session=True)
+        stdout=subprocess.DEVNULL, stderr=open(store / "server.log", "w"),  # noqa: SIM115 (the server's)
+        start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_SECONDS

@@ -11,14 +11,13 @@ import json
 import sys
 from pathlib import Path
 
+from ..paths import PROJECT_ROOT
 from ..registry import get_dataset, list_datasets
 from .core import DataError
 from .download import download
 from .export import export_recbole
 from .formats import FORMATS
-from ..paths import PROJECT_ROOT
-from .sources import DEFAULT_PROCESSED_ROOT
-from .sources import load_dataset
+from .sources import DEFAULT_PROCESSED_ROOT, load_dataset
 from .stats import RESULTS_FILE, write_stats
 
 DEFAULT_LOCK = PROJECT_ROOT / "datasets" / "download.lock.json"

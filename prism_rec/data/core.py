@@ -124,7 +124,7 @@ class ProcessedDataset:
             raise
 
     @classmethod
-    def load(cls, path: Path) -> "ProcessedDataset":
+    def load(cls, path: Path) -> ProcessedDataset:
         try:
             with np.load(path, allow_pickle=False) as data:
                 meta = json.loads(str(data["meta"]))

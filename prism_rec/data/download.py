@@ -11,12 +11,11 @@ import hashlib
 import http.client
 import json
 import os
-import socket
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .core import DataError
 
@@ -103,7 +102,7 @@ def download(url: str, dest: Path, lock_path: Path, timeout: float = 30.0,
             part.unlink()
             return download(url, dest, lock_path, timeout, progress)
         raise DataError(f"{url}: HTTP {error.code} {error.reason}; {by_hand}") from None
-    except (urllib.error.URLError, http.client.HTTPException, socket.timeout, TimeoutError, ConnectionError) as error:
+    except (urllib.error.URLError, http.client.HTTPException, TimeoutError, ConnectionError) as error:
         reason = getattr(error, "reason", error)
         kept = f"the partial {part.name} is kept for resuming; " if part.is_file() and part.stat().st_size else ""
         raise DataError(f"{url}: cannot download ({reason}); this machine seems offline or the server is "

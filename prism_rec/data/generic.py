@@ -48,6 +48,46 @@ def _header(path: Path, context: ReadContext) -> tuple[list[str], int, bytes]:
     raise DataError(f"{path}:1: empty file; expected a RecBole .inter header")
 
 
+def _window_events(parts: list[str], column: dict, target: str, times: str | None, at: tuple[str, int],
+                   context: ReadContext) -> list[tuple] | None:
+    """One sequential row's (item, time) events: item_id_list then the target items, with the time list's
+    numbers (or None without one); None, with the line reported bad, when the time list does not fit."""
+    sequence = parts[column["item_id_list"]].split() + parts[column[target]].split()
+    clock = parts[column[times]].split() if times else [None] * len(sequence)
+    if len(clock) != len(sequence):
+        context.bad(*at, f"{times} has {len(clock)} entries; expected one per item of item_id_list and {target} "
+                         f"({len(sequence)})")
+        return None
+    events = [(item, None if stamp is None else finite_number(stamp)) for item, stamp in zip(sequence, clock)]
+    if times and any(stamp is None for _, stamp in events):
+        context.bad(*at, f"{times} {clock!r} holds a non-number; expected finite numbers")
+        return None
+    return events
+
+
+def _layout(names: list[str], at: str) -> tuple[dict[str, int], str, str | None]:
+    """A header's columns by name, its target field (item_id or items_in_target_basket) and its time list
+    field (``*time*_list``, or None)."""
+    column = {name: index for index, name in enumerate(names)}
+    target = next((name for name in ("item_id", "items_in_target_basket") if name in column), None)
+    if target is None:
+        raise DataError(f"{at}: no item_id:token or items_in_target_basket field; expected a RecBole .inter header "
+                        f"with one of them")
+    return column, target, next((name for name in names if name.endswith("_list") and "time" in name), None)
+
+
+def _rating_and_time(parts: list[str], column: dict, names: list[str], at: tuple[str, int],
+                     context: ReadContext) -> tuple[float, float] | None:
+    """One interaction row's (rating, timestamp), NaN where the header has no such field; None, with the line
+    reported bad, when one is not a finite number."""
+    rating = finite_number(parts[column["rating"]]) if "rating" in column else np.nan
+    stamp = finite_number(parts[column["timestamp"]]) if "timestamp" in column else np.nan
+    if stamp is None or rating is None:
+        context.bad(*at, f"rating or timestamp is not a finite number; expected float fields ({', '.join(names)})")
+        return None
+    return rating, stamp
+
+
 def read_recbole_inter(files: list[Path], context: ReadContext) -> pd.DataFrame:
     """RecBole atomic ``.inter`` files with a typed header; rows in file order.
 
@@ -65,13 +105,8 @@ def read_recbole_inter(files: list[Path], context: ReadContext) -> pd.DataFrame:
     for path in files:
         where = str(path)
         names, header_line, header = _header(path, context)
-        column = {name: index for index, name in enumerate(names)}
+        column, target, times = _layout(names, f"{where}:{header_line}")
         sequential = "item_id_list" in column
-        target = next((name for name in ("item_id", "items_in_target_basket") if name in column), None)
-        times = next((name for name in names if name.endswith("_list") and "time" in name), None)
-        if target is None:
-            raise DataError(f"{where}:{header_line}: no item_id:token or items_in_target_basket field; "
-                            f"expected a RecBole .inter header with one of them")
         users, items, ratings, stamps = [], [], [], []
         for line_no, raw in iter_lines(path_opener(path), where, context):
             if line_no <= header_line:
@@ -88,32 +123,23 @@ def read_recbole_inter(files: list[Path], context: ReadContext) -> pd.DataFrame:
                 continue
             user = parts[column["user_id"]]
             if sequential:
-                sequence = parts[column["item_id_list"]].split() + parts[column[target]].split()
-                clock = parts[column[times]].split() if times else [None] * len(sequence)
-                if len(clock) != len(sequence):
-                    context.bad(where, line_no, f"{times} has {len(clock)} entries; expected one per item of "
-                                                f"item_id_list and {target} ({len(sequence)})")
-                    continue
-                events = [(item, None if stamp is None else finite_number(stamp)) for item,
-                          stamp in zip(sequence, clock)]
-                if times and any(stamp is None for _, stamp in events):
-                    context.bad(where, line_no, f"{times} {clock!r} holds a non-number; expected finite numbers")
-                    continue
-                windows.setdefault(user, []).append(events)
+                events = _window_events(parts, column, target, times, (where, line_no), context)
+                if events is not None:
+                    windows.setdefault(user, []).append(events)
                 continue
-            stamp = finite_number(parts[column["timestamp"]]) if "timestamp" in column else np.nan
-            rating = finite_number(parts[column["rating"]]) if "rating" in column else np.nan
-            if stamp is None or rating is None:
-                context.bad(where, line_no, f"rating or timestamp is not a finite number; expected float fields "
-                                            f"({', '.join(names)})")
-                continue
-            stamps.append(stamp)
-            ratings.append(rating)
-            users.append(user)
-            items.append(parts[column[target]])
+            numbers = _rating_and_time(parts, column, names, (where, line_no), context)
+            if numbers is not None:
+                users.append(user)
+                items.append(parts[column[target]])
+                ratings.append(numbers[0])
+                stamps.append(numbers[1])
         if users:
             per_row.append(pd.DataFrame({"user": users, "item": items, "rating": ratings, "timestamp": stamps}))
-    frames = per_row + [_windows_frame(windows)] * bool(windows)
+    return _interactions(per_row + [_windows_frame(windows)] * bool(windows))
+
+
+def _interactions(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The files' frames as one; without timestamps (a NaN anywhere) each user's row order is the time."""
     if not frames:
         return pd.DataFrame(columns=["user", "item", "rating", "timestamp"])
     frame = pd.concat(frames, ignore_index=True)

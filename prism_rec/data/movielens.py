@@ -13,7 +13,6 @@ from .generic import read_recbole_inter
 from .parsing import ReadContext
 from .sources import DatasetSource
 
-
 RECBOLE_REQUIREMENT = "recbole==1.2.1"  # installed --no-deps (pyproject.toml says why): the Makefile's RECBOLE_SPEC
 
 

@@ -20,9 +20,10 @@ import logging
 import math
 import re
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO
 
 import numpy as np
 import pandas as pd

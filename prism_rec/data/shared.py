@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..paths import PROJECT_ROOT
 from ..registry import register_dataset
 from .core import DataError, MissingDataError
 from .generic import read_recbole_inter, read_sequence_text
 from .parsing import ReadContext, decode, finite_number, iter_lines, path_opener
-from ..paths import PROJECT_ROOT
 from .sources import DatasetSource
 
 SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"

@@ -6,7 +6,7 @@ each writer replaces only its own section (``stats`` here, ``bench`` from benchm
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ..markdown import fill, pipe_table, replace_section
@@ -58,7 +58,7 @@ def _paper_cells(paper: tuple) -> list[str]:
 
 
 def render(rows: list[dict], notes: list[str]) -> str:
-    lines = [fill(TEMPLATES_DIR / "data_stats.md", when=f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M}"), ""]
+    lines = [fill(TEMPLATES_DIR / "data_stats.md", when=f"{datetime.now(UTC):%Y-%m-%d %H:%M}"), ""]
     table = []
     for row in rows:
         paper = PAPER_TABLE_7.get(PAPER_DOMAIN.get(row["name"], row["name"]))

@@ -34,32 +34,32 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 import torch
 
-from ..training import distributed
-from ..training.checkpoint import CHECKPOINT_DIR, RunLock, checkpoint_file, run_identity, silence_closed_terminal
-from ..training.config import config_hash
-from ..data.core import DataError, check_options as check_data_options
+from ..data.core import DataError
+from ..data.core import check_options as check_data_options
 from ..data.sources import load_dataset
 from ..errors import BenchFailures, OptionError
 from ..files import remove_stale_temporaries
-from ..training.candidates import check_sampled
+from ..paths import RESULTS_DIR
 from ..recbole_bridge import is_recbole
 from ..recbole_bridge.config import run_options
 from ..recbole_bridge.run import fit_recbole
-from ..paths import RESULTS_DIR
+from ..registry import backbone_entry, build_backbone, get_dataset, trains
 from ..tracking import runs
 from ..tracking.records import child_run, dataset_stats_tag, run_hash
-from ..registry import backbone_entry, build_backbone, get_dataset, trains
-from ..tracking.tables import LOCAL_RESULTS_DIR, write_tables
 from ..tracking.store import end_runs_of_dead_processes, experiment_id, process_tags, provenance_tags
-from ..training.trainer import FitResult, fit, read_checkpoint
+from ..tracking.tables import LOCAL_RESULTS_DIR, write_tables
+from ..training import distributed
+from ..training.candidates import check_sampled
+from ..training.checkpoint import CHECKPOINT_DIR, RunLock, checkpoint_file, run_identity, silence_closed_terminal
+from ..training.config import TrainConfig, config_hash
 from ..training.devices import resolve_device
-from ..training.config import TrainConfig
+from ..training.trainer import FitResult, fit, read_checkpoint
 
 FINISHED, RESUME, FRESH = "finished", "resume", "fresh"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -211,18 +211,12 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
         return checkpoint_file(dataset_name, model, seed, run_hash_for(model, seed), checkpoint_dir)
 
     if not world.is_main:
-        actions = world.broadcast_object(None)
-        if isinstance(actions, Exception):
-            raise actions
-        return _train_silently(world, dataset, keys, config, actions, checkpoint_for)
+        return _follow(world, dataset, keys, config, checkpoint_for)
     experiment = experiment_id(dataset_name)
     bench_hash = config_hash({"dataset": dataset_name, "data": dataset.options, "models": models, "seeds": seeds,
                               "train": replace(config, seed=0).identity()})
-    for path in remove_stale_temporaries(checkpoint_dir):
-        print(f"removed {path}, left by a checkpoint write that was killed")
     try:
-        for name in end_runs_of_dead_processes(experiment):
-            print(f"run {name} was left RUNNING by a process that no longer runs: marked KILLED")
+        _clear_leftovers(experiment, checkpoint_dir)
         parent_id, plan = _plan(experiment, bench_hash, keys, run_hash_for, checkpoint_for, resume, dataset, config,
                                  world.size)
     except Exception as error:
@@ -253,6 +247,25 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
     if failures:
         raise BenchFailures(f"{len(failures)} run(s) failed (tracebacks above): " + "; ".join(failures))
     return results
+
+
+def _follow(world: distributed.World, dataset, keys: list[tuple[str, int]], config: TrainConfig,
+            checkpoint_for: Callable[[str, int], Path]) -> dict:
+    """A rank other than 0: the plan rank 0 broadcasts (or its error, raised here too), then its share of the
+    training."""
+    actions = world.broadcast_object(None)
+    if isinstance(actions, Exception):
+        raise actions
+    return _train_silently(world, dataset, keys, config, actions, checkpoint_for)
+
+
+def _clear_leftovers(experiment: str, checkpoint_dir: Path) -> None:
+    """What killed processes left: temporary checkpoint files of interrupted writes (removed) and runs left
+    RUNNING (marked KILLED)."""
+    for path in remove_stale_temporaries(checkpoint_dir):
+        print(f"removed {path}, left by a checkpoint write that was killed")
+    for name in end_runs_of_dead_processes(experiment):
+        print(f"run {name} was left RUNNING by a process that no longer runs: marked KILLED")
 
 
 def _train_children(world: distributed.World, dataset, keys: list[tuple[str, int]], config: TrainConfig,

@@ -24,7 +24,8 @@ import re
 import time
 import traceback
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlparse
 
 from ..errors import OptionError

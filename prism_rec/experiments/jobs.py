@@ -16,17 +16,18 @@ import multiprocessing
 import os
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 POLL_SECONDS = 1.0
 STOP_SECONDS = 5.0
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     """The outcome of one job, as its result's "status" says."""
 
     FINISHED = "finished"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..files import write_atomically
-from ..paths import TEMPLATES_DIR
 from ..markdown import fill, pipe_table
+from ..paths import TEMPLATES_DIR
 from ..tracking.runs import finished_children
 from ..tracking.store import experiment_id
 

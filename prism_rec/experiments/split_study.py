@@ -26,20 +26,29 @@ from pathlib import Path
 
 import numpy as np
 
-from . import tuning
 from .. import registry
-from ..tracking.case_ranks import decode
-from ..tracking.cells import Cell, seeds_text
 from ..data.sources import load_dataset
 from ..files import read_jsonl, write_atomically
+from ..markdown import fill, pipe_table
+from ..paths import RESULTS_DIR, TEMPLATES_DIR
+from ..tracking.bootstrap import paired_difference, verdict
+from ..tracking.case_ranks import decode
+from ..tracking.cells import Cell, seeds_text
+from ..tracking.records import append_jsonl, run_hash
+from . import tuning
+from .campaign import (
+    Campaign,
+    Executor,
+    LocalExecutor,
+    Manifest,
+    Status,
+    add_grid_run_options,
+    checkpoint_dir,
+    deadline_after,
+    executor_from_args,
+)
 from .headline.driver import HeadlineJob, manifest_entry, train_cell
 from .headline.protocol import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL, SEEDS, training_config
-from .campaign import (Campaign, Executor, LocalExecutor, Manifest, Status, add_grid_run_options, checkpoint_dir,
-                       deadline_after, executor_from_args)
-from ..paths import RESULTS_DIR, TEMPLATES_DIR
-from ..tracking.records import append_jsonl, run_hash
-from ..tracking.bootstrap import paired_difference, verdict
-from ..markdown import fill, pipe_table
 
 DATASETS = ("ml-100k", "movies-long")
 MODELS = ("sasrec", "gated_deltanet", "prism", "gdn-authors", "prism-authors", "mamba2-authors")

@@ -40,9 +40,8 @@ class GatedDeltaNetLayer(nn.Module):
     def __init__(self, d_model: int, n_heads: int = 2, head_k_dim: int | None = None, head_v_dim: int | None = None,
                  conv_kernel: int = 4, norm_eps: float = 1e-5, backend: str = "auto"):
         super().__init__()
-        if head_k_dim is None or head_v_dim is None:
-            if d_model % n_heads:
-                raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; give head_k_dim/head_v_dim")
+        if (head_k_dim is None or head_v_dim is None) and d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; give head_k_dim/head_v_dim")
         self.d_model = d_model
         self.n_heads = H = n_heads
         self.head_k_dim = K = head_k_dim or d_model // n_heads

@@ -77,8 +77,8 @@ how. Norm weights (any module whose class name ends in "Norm") start at 1 and no
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import torch
 from torch import nn

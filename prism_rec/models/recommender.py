@@ -7,9 +7,9 @@ import math
 import torch
 from torch import nn
 
+from ..registry import build_backbone
 from .init import init_embeddings, policy_of
 from .nn import positions_from_first_item
-from ..registry import build_backbone
 
 
 class SequentialRecommender(nn.Module):

@@ -16,8 +16,8 @@ import contextlib
 import logging
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch

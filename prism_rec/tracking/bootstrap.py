@@ -130,9 +130,6 @@ def paired_difference(a: np.ndarray, b: np.ndarray, n_resamples: int = N_RESAMPL
         raise ValueError(f"paired difference: {first.shape[0]} users against {second.shape[0]}")
     differences = first - second  # the mean of a resample's differences is the difference of its two means
     low, high = _percentile_interval(differences, n_resamples, level, seed, cases)
-    if np.any(differences != 0):
-        p_value = float(stats.wilcoxon(differences).pvalue)
-    else:
-        p_value = math.nan
+    p_value = float(stats.wilcoxon(differences).pvalue) if np.any(differences != 0) else math.nan
     return PairedDifference(weighted_mean(differences, cases), low, high, bool(low > 0 or high < 0), p_value,
                             len(differences), seed_welch_p(a, b, cases))

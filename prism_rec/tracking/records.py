@@ -18,16 +18,16 @@ from pathlib import Path
 
 import torch
 
-from .case_ranks import encode as encode_case_ranks
 from ..data.core import ProcessedDataset
+from ..files import jsonl_text, read_jsonl, write_atomically
 from ..names import path_name
 from ..recbole_bridge import is_recbole
-from ..files import jsonl_text, read_jsonl, write_atomically
 from ..registry import backbone_entry
 from ..training.compile import resolve_compile
 from ..training.config import TrainConfig, config_hash
 from ..training.devices import resolve_device
 from ..training.trainer import FitResult
+from .case_ranks import encode as encode_case_ranks
 
 RECORD_FORMAT = "prism-rec-run-1"
 RECORDS_SUFFIX = ".records.jsonl"

@@ -14,15 +14,15 @@ import numpy as np
 import pandas as pd
 
 from ..files import write_atomically
-from ..names import NAME_PATTERN, inside, path_name
 from ..markdown import pipe_table
-from .case_ranks import decode
-from ..training.metrics import METRIC_NAMES
-from .records import CASE_RANKS_ARTIFACT
-from .plots import auc_bar_chart
-from .cells import Cell, runs_label
+from ..names import NAME_PATTERN, inside, path_name
 from ..paths import RESULTS_DIR
 from ..registry import trains
+from ..training.metrics import METRIC_NAMES
+from .case_ranks import decode
+from .cells import Cell, runs_label
+from .plots import auc_bar_chart
+from .records import CASE_RANKS_ARTIFACT
 from .store import experiment_id
 
 LOCAL_RESULTS_DIR = RESULTS_DIR / "local"  # a user's benches (git-ignored)

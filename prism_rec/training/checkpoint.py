@@ -155,7 +155,7 @@ class RunLock:
     def acquire(self) -> bool:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            handle = open(self.path, "a+")
+            handle = open(self.path, "a+")  # noqa: SIM115 (held open, and locked, for the whole training)
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as error:

@@ -14,9 +14,9 @@ import copy
 import math
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch

@@ -1,16 +1,17 @@
 """End to end: `prism-rec bench` on the embedded ml-100k with a tiny config, MLflow store and tables."""
 
 import json
+from pathlib import Path
 
 import mlflow
 import pytest
 import torch
 
-from prism_rec.tracking.case_ranks import decode
 from prism_rec.cli import main
 from prism_rec.data.sources import load_dataset
-from prism_rec.training.trainer import fit
+from prism_rec.tracking.case_ranks import decode
 from prism_rec.training.config import TrainConfig
+from prism_rec.training.trainer import fit
 
 
 def test_same_seed_same_metrics_on_cpu(one_torch_thread):
@@ -64,7 +65,7 @@ def test_bench_logs_runs_and_writes_table(store, tiny, run_cli):
         cases = decode(mlflow.artifacts.load_dict(f"runs:/{run_id}/case_ranks.json"))
         test_auc = children.set_index("run_id").loc[run_id, "metrics.test_auc"]
         assert cases.auc().mean() == pytest.approx(test_auc, abs=1e-12)
-        config = json.loads(open(client.download_artifacts(run_id, "config.json", str(store))).read())
+        config = json.loads(Path(client.download_artifacts(run_id, "config.json", str(store))).read_text())
         assert config["model"] == "sasrec" and config["train"]["d_model"] == 16
         assert config["train"]["device"] == "cpu" and config["train"]["precision"] == "fp32"
     parent = runs[runs["tags.prism_rec_role"] == "parent"].iloc[0]

@@ -9,8 +9,15 @@ from dataclasses import dataclass
 import pytest
 
 from prism_rec.errors import OptionError
-from prism_rec.experiments.campaign import (Campaign, LocalExecutor, Manifest, Status, deadline_after,
-                                            merge_manifests, parse_cluster_options)
+from prism_rec.experiments.campaign import (
+    Campaign,
+    LocalExecutor,
+    Manifest,
+    Status,
+    deadline_after,
+    merge_manifests,
+    parse_cluster_options,
+)
 
 
 @dataclass(frozen=True)

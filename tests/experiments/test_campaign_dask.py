@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from prism_rec.cli import main
+from prism_rec.data.shared import SHARED_DATA_ENV
 from prism_rec.experiments import cluster
 from prism_rec.experiments.headline import driver, protocol
-from prism_rec.data.shared import SHARED_DATA_ENV
 from prism_rec.files import read_jsonl
 
 distributed = pytest.importorskip("distributed")

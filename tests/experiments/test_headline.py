@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 import torch
 
-from prism_rec.training.trainer import FitResult
 from prism_rec.cli import main
-from prism_rec.experiments.headline import driver, protocol
 from prism_rec.experiments.campaign import Status, merge_manifests
+from prism_rec.experiments.headline import driver, protocol
 from prism_rec.experiments.jobs import WorkerDevices, gpu_sharing, run_jobs
-from prism_rec.training.metrics import METRIC_NAMES
 from prism_rec.files import read_jsonl
 from prism_rec.tracking.records import make_record, read_records
 from prism_rec.tracking.runs import import_records
 from prism_rec.training.devices import check_devices
+from prism_rec.training.metrics import METRIC_NAMES
+from prism_rec.training.trainer import FitResult
 
 DATA_OPTIONS = {"min_user_interactions": 5, "min_item_interactions": 5, "split": "loo", "dedup": "none",
                 "skipped_lines": 0}
@@ -297,7 +297,7 @@ def test_eager_models_train_with_compile_off_under_the_same_hashes():
     assert eager.hashes == plain.hashes
 
 
-def _job(model: str, seed: int) -> "driver.HeadlineJob":
+def _job(model: str, seed: int) -> driver.HeadlineJob:
     return driver.HeadlineJob("ml-100k", model, protocol.training_config("ml-100k", model, seed, "cpu", {}, 1e-3),
                                 f"hash-{model}-s{seed}", "")
 

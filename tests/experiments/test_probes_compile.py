@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from prism_rec.cli import main
-from prism_rec.training import compile as compile_module
 from prism_rec.experiments.probes import train
 from prism_rec.experiments.probes.grid import TABLE_MODELS, product_runs
 from prism_rec.experiments.probes.manifest import load_manifest
 from prism_rec.experiments.probes.runner import run_probes
 from prism_rec.experiments.probes.settings import settings_for
+from prism_rec.training import compile as compile_module
 
 TINY = {"seq_len": 12, "batch_size": 4, "eval_size": 32, "d_model": 8, "n_layers": 1}
 

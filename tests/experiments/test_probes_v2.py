@@ -12,9 +12,15 @@ import torch
 import torch.nn.functional as F
 
 from prism_rec.cli import main
-from prism_rec.experiments.probes.grid import (PAPER_COLUMNS, SEEDS, SWEEP_LENGTHS, SWEEP_MODELS, TABLE_MODELS,
-                                               grid_runs,
-                                   product_runs)
+from prism_rec.experiments.probes.grid import (
+    PAPER_COLUMNS,
+    SEEDS,
+    SWEEP_LENGTHS,
+    SWEEP_MODELS,
+    TABLE_MODELS,
+    grid_runs,
+    product_runs,
+)
 from prism_rec.experiments.probes.manifest import CHECKPOINTS_NAME, PROTOCOL, load_manifest, save_manifest
 from prism_rec.experiments.probes.model import PROBE_BACKBONES, ProbeModel, build_probe_backbone
 from prism_rec.experiments.probes.report import write_grid_report

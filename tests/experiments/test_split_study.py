@@ -9,13 +9,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from prism_rec.training.trainer import FitResult
 from prism_rec.experiments import split_study
-from prism_rec.tracking.case_ranks import encode
 from prism_rec.experiments.headline.protocol import CASE_RANKS_NAME, MANIFEST_NAME, PROTOCOL
-from prism_rec.training.metrics import METRIC_NAMES
 from prism_rec.files import read_jsonl
+from prism_rec.tracking.case_ranks import encode
 from prism_rec.tracking.records import append_jsonl, make_record
+from prism_rec.training.metrics import METRIC_NAMES
+from prism_rec.training.trainer import FitResult
 
 MODELS = ("sasrec", "prism")
 RATES = {"sasrec": 3e-3, "prism": 1e-3}

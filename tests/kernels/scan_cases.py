@@ -2,7 +2,6 @@
 
 import torch
 import torch.nn.functional as F
-
 from prism_rec.kernels import delta_scan
 
 INPUT_NAMES = ("q", "k", "v", "g", "beta", "extra_k", "extra_v", "initial_state")

@@ -7,7 +7,6 @@ import itertools
 
 import pytest
 import torch
-
 from scan_cases import assert_close_to, make_inputs, run_with_grads
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")

@@ -7,8 +7,8 @@ import importlib.util
 
 import pytest
 import torch
-
 from prism_rec.kernels.compiled_scan import delta_scan
+
 from tests.kernels.scan_cases import make_inputs
 
 TRITON = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")

@@ -6,9 +6,7 @@ import itertools
 
 import pytest
 import torch
-
 from prism_rec.kernels import delta_scan
-
 from scan_cases import assert_close_to, make_inputs, run_with_grads
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None

@@ -12,8 +12,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from prism_rec.baselines.authors_prism import channel_decay_attention
+
 from prism_rec.registry import backbone_entry, build_backbone, list_backbones
 
 D = 32

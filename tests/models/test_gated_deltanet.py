@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from prism_rec.baselines.gated_deltanet import GatedDeltaNet, GatedDeltaNetLayer
+
 from prism_rec.registry import backbone_entry, build_backbone
 
 BACKENDS = ("torch", "naive")

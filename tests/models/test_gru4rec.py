@@ -4,11 +4,11 @@
 import math
 
 import torch
-
 from prism_rec.baselines.gru4rec import GRU4Rec
+from test_init import assert_default_uniform, assert_std
+
 from prism_rec.models.recommender import SequentialRecommender
 from prism_rec.registry import build_backbone
-from test_init import assert_default_uniform, assert_std
 
 
 def gru_by_steps(x, gru: torch.nn.GRU, start: int):

@@ -18,8 +18,8 @@ from torch import nn
 
 from prism_rec.models.init import POLICIES, apply_init, is_norm, policy_of
 from prism_rec.models.recommender import SequentialRecommender
-from prism_rec.training.optim import parameter_groups
 from prism_rec.registry import build_backbone, list_backbones
+from prism_rec.training.optim import parameter_groups
 
 D = 64
 N_ITEMS = 2000
@@ -112,7 +112,7 @@ def check_raw(name: str, backbone: nn.Module, policy: str, checked: set[int]) ->
             assert low <= parameter.exp().min() and parameter.exp().max() <= 16, what
         elif leaf == "dt_bias":
             dt = F.softplus(parameter)
-            assert 1e-3 * (1 - 1e-5) <= dt.min() and dt.max() <= 0.1 * (1 + 1e-5), what
+            assert dt.min() >= 1e-3 * (1 - 1e-5) and dt.max() <= 0.1 * (1 + 1e-5), what
         elif leaf == "D" or leaf == "ln_weight":
             assert torch.equal(parameter, torch.ones_like(parameter)), f"{what}: not 1"
         elif leaf.endswith("bias") and leaf != "dt_bias" and "relative_bias" not in full_name:

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from prism_rec.baselines.mamba2 import Mamba2, Mamba2Mixer, Mamba2Stack
+
 from prism_rec.models.nn import PreNormStack
 
 

@@ -4,12 +4,20 @@ the output through the state, ablation switches, the paper-eq18 variant, presets
 import pytest
 import torch
 import torch.nn.functional as F
-
 from prism_rec.baselines.gated_deltanet import GatedDeltaNetLayer
+from test_gated_deltanet import (
+    BACKENDS,
+    assert_matches_reference,
+    conv_silu_at,
+    inputs,
+    make_layer,
+    token_inputs,
+    token_readout,
+    unit,
+)
+
 from prism_rec.models.prism import Prism, PrismLayer
 from prism_rec.registry import backbone_entry, build_backbone
-from test_gated_deltanet import BACKENDS, assert_matches_reference, conv_silu_at, inputs, make_layer, token_inputs, \
-    token_readout, unit
 
 
 def prism_token_writes(layer, x, t, v):

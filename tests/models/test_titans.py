@@ -7,8 +7,8 @@ M_t = (1 - alpha_t) M_{t-1} + S_t token by token and retrieves y_t = M_t(q_t).
 
 import torch
 import torch.nn.functional as F
-
 from prism_rec.baselines.titans import NeuralMemoryLayer, SlidingWindowAttention, Titans
+
 from prism_rec.models.nn import l2norm
 
 

@@ -3,10 +3,13 @@
 import math
 
 import torch
-
 from prism_rec.baselines.transformer_pp import (
-    RotaryAttention, TransformerPP, apply_rotary, rotary_angles,
+    RotaryAttention,
+    TransformerPP,
+    apply_rotary,
+    rotary_angles,
 )
+
 from prism_rec.models.nn import PreNormStack, SwiGLU, positions_from_first_item
 
 

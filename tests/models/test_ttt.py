@@ -10,7 +10,6 @@ import importlib.util
 import pytest
 import torch
 import torch.nn.functional as F
-
 from prism_rec.baselines.ttt import TTT, TTTLayer, ttt_linear_dual
 
 

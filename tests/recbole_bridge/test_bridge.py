@@ -11,7 +11,7 @@ from prism_rec.data.batching import evaluation_batch
 from prism_rec.data.core import prepare
 from prism_rec.errors import OptionError
 from prism_rec.experiments.bench import check_bench_options
-from prism_rec.recbole_bridge.compat import isolated_config, import_recbole
+from prism_rec.recbole_bridge.compat import import_recbole, isolated_config
 from prism_rec.recbole_bridge.config import config_dict, model_class_name
 from prism_rec.recbole_bridge.run import fit_recbole
 from prism_rec.recbole_bridge.split import NAME, split_cases, write_split

@@ -5,12 +5,11 @@ import io
 import shutil
 
 import pytest
+from data.helpers import A1, FIXTURES, SEQUENCES, sequences
 
 from prism_rec.data.core import DataError
 from prism_rec.data.parsing import split_lines
 from prism_rec.data.sources import load_dataset
-
-from data.helpers import A1, FIXTURES, SEQUENCES, sequences
 
 THRESHOLDS = {"min_user_interactions": 3, "min_item_interactions": 1}
 BOM = b"\xef\xbb\xbf"

@@ -2,9 +2,9 @@
 
 import pandas as pd
 
-from prism_rec.training.metrics import METRIC_NAMES
 from prism_rec.tracking import tables
 from prism_rec.tracking.tables import markdown_table, store_cells, summarise
+from prism_rec.training.metrics import METRIC_NAMES
 
 
 def fake_runs():

@@ -11,10 +11,18 @@ import math
 import pytest
 import torch
 
-from prism_rec.training.compile import (VERIFIED_MODES, CompiledEncoder, auto_compile, compiled_gaps, gaps_to_eager,
-                                        optimizer_options, resolve_compile, training_encoder)
 from prism_rec.models.recommender import SequentialRecommender
 from prism_rec.registry import list_backbones
+from prism_rec.training.compile import (
+    VERIFIED_MODES,
+    CompiledEncoder,
+    auto_compile,
+    compiled_gaps,
+    gaps_to_eager,
+    optimizer_options,
+    resolve_compile,
+    training_encoder,
+)
 from prism_rec.training.config import TrainConfig
 
 

@@ -12,14 +12,14 @@ import mlflow
 import pytest
 import torch
 
-from prism_rec.training.checkpoint import INTERRUPT_AFTER_BATCHES_ENV
 from prism_rec.cli import main
 from prism_rec.data.sources import load_dataset
 from prism_rec.errors import OptionError
 from prism_rec.experiments.bench import bench
 from prism_rec.tracking.store import end_runs_of_dead_processes, experiment_id, process_tags
-from prism_rec.training.trainer import _deterministic, fit
+from prism_rec.training.checkpoint import INTERRUPT_AFTER_BATCHES_ENV
 from prism_rec.training.config import TrainConfig
+from prism_rec.training.trainer import _deterministic, fit
 
 EPOCHS = 40
 SHAPE = dict(d_model=16, max_len=8, batch_size=16, eval_batch_size=64)

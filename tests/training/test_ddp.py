@@ -14,8 +14,8 @@ import mlflow
 import pytest
 
 from prism_rec.data.sources import load_dataset
-from prism_rec.training.trainer import fit
 from prism_rec.training.config import TrainConfig
+from prism_rec.training.trainer import fit
 
 AUC_TOLERANCE = 1e-4
 LOSS_RELATIVE_TOLERANCE = 1e-5

@@ -12,11 +12,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from prism_rec.training import losses
-from prism_rec.training.losses import LOGIT_CHUNK_ROWS, full_softmax_loss_sum, resolve_path
 from prism_rec.models.recommender import SequentialRecommender
-from prism_rec.training.step import NextItemObjective, trained_positions
+from prism_rec.training import losses
 from prism_rec.training.config import TrainConfig
+from prism_rec.training.losses import LOGIT_CHUNK_ROWS, full_softmax_loss_sum, resolve_path
+from prism_rec.training.step import NextItemObjective, trained_positions
 
 
 def _case(n, items, d, dtype, seed=0):

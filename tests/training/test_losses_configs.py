@@ -12,8 +12,14 @@ import sys
 import pytest
 import torch
 
-from prism_rec.training.losses import (FUSED_CONFIGS, FUSED_KERNELS, MAX_FUSED_D, LaunchConfig, fused_logsumexp,
-                                       tile_width)
+from prism_rec.training.losses import (
+    FUSED_CONFIGS,
+    FUSED_KERNELS,
+    MAX_FUSED_D,
+    LaunchConfig,
+    fused_logsumexp,
+    tile_width,
+)
 
 CHECK = r"""
 import json

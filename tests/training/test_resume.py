@@ -6,10 +6,10 @@ import signal
 import mlflow
 import pytest
 
-from prism_rec.training.checkpoint import INTERRUPT_AFTER_BATCHES_ENV, load
 from prism_rec.data.sources import load_dataset
-from prism_rec.training.trainer import fit
+from prism_rec.training.checkpoint import INTERRUPT_AFTER_BATCHES_ENV, load
 from prism_rec.training.config import TrainConfig
+from prism_rec.training.trainer import fit
 
 CONFIG = dict(epochs=2, d_model=16, max_len=8, batch_size=256, eval_batch_size=1024, progress=False, device="cpu")
 

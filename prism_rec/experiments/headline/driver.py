@@ -42,26 +42,47 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ... import registry
-from .. import tuning
 from ...data.sources import load_dataset
 from ...errors import OptionError
 from ...files import read_jsonl, write_jsonl
-from .protocol import (CASE_RANKS_NAME, DATASETS, MANIFEST_NAME, PROTOCOL, V2, WIDTH, HeadlineProtocol, Width,
-                       backbone_parameters, training_config, width_of)
-from .v3 import REUSE_DEFAULT, V3, grid_from_option, parse_widths
-from ..campaign import (Campaign, Executor, LocalExecutor, Manifest, Status, add_grid_run_options, checkpoint_dir,
-                        deadline_after, executor_from_args, merge_manifests)
-from ..jobs import gpu_sharing
 from ...options import resolve_models
+from ...paths import RESULTS_DIR
 from ...tracking.records import RECORDS_SUFFIX, append_jsonl, make_record, run_hash
 from ...tracking.runs import import_records
-from ...paths import RESULTS_DIR
 from ...tracking.store import provenance_tags
 from ...training.checkpoint import checkpoint_file
-from ...training.trainer import fit
-from ...training.devices import resolve_device
 from ...training.compile import resolve_compile
 from ...training.config import TrainConfig
+from ...training.devices import resolve_device
+from ...training.trainer import fit
+from .. import tuning
+from ..campaign import (
+    Campaign,
+    Executor,
+    LocalExecutor,
+    Manifest,
+    Status,
+    add_grid_run_options,
+    checkpoint_dir,
+    deadline_after,
+    executor_from_args,
+    merge_manifests,
+)
+from ..jobs import gpu_sharing
+from .protocol import (
+    CASE_RANKS_NAME,
+    DATASETS,
+    MANIFEST_NAME,
+    PROTOCOL,
+    V2,
+    WIDTH,
+    HeadlineProtocol,
+    Width,
+    backbone_parameters,
+    training_config,
+    width_of,
+)
+from .v3 import REUSE_DEFAULT, V3, grid_from_option, parse_widths
 
 UNTRAINED_RATE = 0.0  # the rate recorded for pop, which trains nothing
 DIVERGED = Status.DIVERGED.value
@@ -95,7 +116,7 @@ class HeadlineJob:
                 and tuning.tuning_base(self.model) == self.model)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dataset(name: str, split: str):
     return load_dataset(name, split=split)
 

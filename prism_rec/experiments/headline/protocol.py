@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import registry
-from .. import tuning
 from ...training.config import TrainConfig
+from .. import tuning
 
 PROTOCOL = "headline-v2"
 DATASETS = ("ml-100k", "yelp-iclrec", "electronics-gerec", "books-dealrec", "movies-long", "movies-fedcsr")

@@ -17,15 +17,15 @@ from pathlib import Path
 import numpy as np
 
 from ... import registry
-from .. import tuning
 from ...files import read_jsonl, write_atomically
 from ...markdown import pipe_table
 from ...paths import RESULTS_DIR
 from ...statistics import ALPHA, POWER
 from ...tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
 from ...tracking.case_ranks import decode
-from .protocol import CASE_RANKS_NAME, DATASETS, PROTOCOL, V2, WIDTH, width_of
 from ...tracking.cells import Cell, seeds_text
+from .. import tuning
+from .protocol import CASE_RANKS_NAME, DATASETS, PROTOCOL, V2, WIDTH, width_of
 from .report.grid import FLOOR, _aligned, model_order
 from .v3 import V3, WIDE_DATASETS
 from .verdicts import N_MOST, N_START, family

@@ -11,10 +11,10 @@ import argparse
 import shlex
 from pathlib import Path
 
-from ...training.compile import COMPILE_MODES
-from ..campaign import add_executor_options, executor_from_args
 from ...options import parse_seeds
 from ...paths import RESULTS_DIR
+from ...training.compile import COMPILE_MODES
+from ..campaign import add_executor_options, executor_from_args
 from .grid import grid_runs, product_runs
 from .model import parse_model_spec
 from .settings import PROFILES, ProbeSettings

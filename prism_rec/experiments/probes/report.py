@@ -15,10 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...files import write_atomically
-from ...paths import TEMPLATES_DIR
 from ...markdown import fill, pipe_table
-from .grid import (PAPER_COLUMNS, SEEDS, SWEEP_LENGTHS, SWEEP_MODELS, SWEEP_PROFILE, SWEEP_TASK, TABLE_MODELS,
-                   ProbeRun, grid_runs)
+from ...paths import TEMPLATES_DIR
+from .grid import (
+    PAPER_COLUMNS,
+    SEEDS,
+    SWEEP_LENGTHS,
+    SWEEP_MODELS,
+    SWEEP_PROFILE,
+    SWEEP_TASK,
+    TABLE_MODELS,
+    ProbeRun,
+    grid_runs,
+)
 from .manifest import PROTOCOL, entry_identity, load_manifest
 from .settings import PROFILES, ProbeSettings, settings_for
 from .tasks import PAPER_TABLE4, TASKS

@@ -22,12 +22,13 @@ from pathlib import Path
 
 import torch
 
+from ...tracking.runs import log_finished_run
+from ...tracking.runs import search as search_runs
+from ...tracking.store import experiment_id, git_commit, machine_description
 from ...training.checkpoint import save_atomically
 from ...training.compile import resolve_compile
 from ...training.devices import resolve_device
 from ..campaign import Campaign, Executor, LocalExecutor, Manifest, Status, deadline_after
-from ...tracking.runs import log_finished_run, search as search_runs
-from ...tracking.store import experiment_id, git_commit, machine_description
 from .grid import ProbeRun
 from .manifest import CHECKPOINTS_NAME, MANIFEST_NAME, PROTOCOL, entry_identity, load_manifest
 from .tasks import TASKS

@@ -35,8 +35,8 @@ silence gate by a fair coin).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

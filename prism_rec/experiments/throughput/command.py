@@ -11,15 +11,15 @@ from pathlib import Path
 
 import torch
 
+from ... import registry
 from ...files import write_atomically
 from ...options import resolve_models
-from ... import registry
 from ...paths import RESULTS_DIR
 from ...tracking.store import machine_description
 from ...training.devices import resolve_device
-from .shapes import CONFIGURATIONS, Configuration
 from .measure import BackboneResults, measure_backbone
 from .report import markdown_report, plot
+from .shapes import CONFIGURATIONS, Configuration
 from .store import EXPERIMENT, import_store, log_to_mlflow
 
 

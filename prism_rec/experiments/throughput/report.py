@@ -10,13 +10,12 @@ from pathlib import Path
 import torch
 
 from ...files import write_figure_atomically
-from ...paths import TEMPLATES_DIR
 from ...markdown import fill, pipe_table
+from ...paths import TEMPLATES_DIR
 from ...tracking.store import git_commit, machine_description, triton_version
-from .shapes import Configuration, describe_heads
 from .measure import BackboneResults, format_case
+from .shapes import Configuration, describe_heads
 from .targets import target_lines
-
 
 
 def markdown_report(results: list[BackboneResults], configuration: Configuration, device: torch.device,
@@ -24,7 +23,7 @@ def markdown_report(results: list[BackboneResults], configuration: Configuration
     cuda = device.type == "cuda"
     lines = [fill(TEMPLATES_DIR / "throughput.md", command=command, device=machine_description(device),
                   torch=torch.__version__, triton=triton_version(), python=platform.python_version(),
-                  when=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                  when=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
                   commit=git_commit(), precision=", bf16 autocast." if cuda else ", fp32 on CPU.",
                   warmup=configuration.warmup, steps=configuration.steps,
                   clock="CUDA events" if cuda else "host clock", case_budget=f"{configuration.case_budget_s:.0f}",

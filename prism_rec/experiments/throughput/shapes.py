@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from ... import registry
 
-
 # Heads at the language-model shape, as each model's paper sizes them; presets of a factory inherit
 # its entry. Any other backbone gets heads of width 64.
 LANGUAGE_MODEL_HEADS = {

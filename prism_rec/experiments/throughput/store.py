@@ -9,10 +9,9 @@ import torch
 from ...names import path_name
 from ...tracking import runs
 from ...tracking.store import experiment_id, provenance_tags
-from .shapes import CONFIGURATIONS, Configuration
 from .measure import BackboneResults, CaseResult, format_case
 from .report import plot
-
+from .shapes import CONFIGURATIONS, Configuration
 
 EXPERIMENT = "throughput"
 

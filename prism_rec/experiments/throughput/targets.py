@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from .shapes import Configuration, base_backbone
 from .measure import BackboneResults
-
+from .shapes import Configuration, base_backbone
 
 # Backbones whose cost per token should not grow with length (chunked linear scans); presets included.
 LINEAR_BACKBONES = ("gated_deltanet", "mamba2", "prism")

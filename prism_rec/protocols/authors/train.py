@@ -53,7 +53,7 @@ class RunConfig:
     dropout: float = 0.1
     feature_seed: int = 0
 
-    def check(self) -> "RunConfig":
+    def check(self) -> RunConfig:
         """This config, or OptionError naming the first bad option."""
         check_model(self.model)
         head_width(self.model, self.head_width, 1)

@@ -21,23 +21,31 @@ from pathlib import Path
 import pandas as pd
 
 from .... import registry
-from ... import tuning
-from ....markdown import fill
 from ....files import read_jsonl, write_atomically
+from ....markdown import fill
 from ....names import path_name
-from ..protocol import CASE_RANKS_NAME, DATASETS, MANIFEST_NAME, PROTOCOL, SEEDS, SETTINGS
-from ....training.metrics import METRIC_NAMES
 from ....paths import RESULTS_DIR, TEMPLATES_DIR
-from ....tracking.plots import auc_bar_chart
-from ...throughput.solo import SOLO_NAME, read_solo
 from ....tracking.bootstrap import N_RESAMPLES
-from .grid import ABLATION_DATASET, COMMAND, Grid, SHORT_SEQUENCE, build_grid
-from .tables import (SOURCES, capped, dataset_table, label, made_by, paired_note, paired_table, paper_table,
-                     summary_table)
+from ....tracking.plots import auc_bar_chart
+from ....training.metrics import METRIC_NAMES
+from ... import tuning
+from ...throughput.solo import SOLO_NAME, read_solo
+from ..protocol import CASE_RANKS_NAME, DATASETS, MANIFEST_NAME, PROTOCOL, SEEDS, SETTINGS
 from .checks import cap_check, case_rank_check, divergence_check, near_floor, plateaus, same_seed_check
 from .comparisons import ablation, authors_table, tuning_table, v1_comparison
 from .cost import cost_tables, gpu_sharing_note, write_pareto
-
+from .grid import ABLATION_DATASET, COMMAND, SHORT_SEQUENCE, Grid, build_grid
+from .tables import (
+    SOURCES,
+    capped,
+    dataset_table,
+    label,
+    made_by,
+    paired_note,
+    paired_table,
+    paper_table,
+    summary_table,
+)
 
 V1_MANIFESTS = ("v1/headline_manifest.jsonl", "v1/ml-100k/headline_manifest.jsonl")  # under results/
 

@@ -9,7 +9,6 @@ from ..protocol import SETTINGS
 from .grid import CASE_RANK_TOLERANCE, FLOOR, Grid, newest_entries
 from .tables import capped
 
-
 NEAR_FLOOR = 0.02  # a run whose test AUC is less than this above pop's is listed
 PLATEAU_VALID_GAP = 0.01  # a run whose best validation AUC is less than this above pop's stopped on the plateau
 PLATEAU_BEST_EPOCH = 2  # ... as did one whose best epoch is at most this and whose patience ran out

@@ -6,13 +6,12 @@ from __future__ import annotations
 import statistics
 
 from .... import registry
-from ... import tuning
 from ....markdown import fill, pipe_table
-from ..protocol import SETTINGS
 from ....paths import TEMPLATES_DIR
-from .grid import ABLATION_DATASET, FLOOR, Grid, V1_SETTINGS, newest_entries
+from ... import tuning
+from ..protocol import SETTINGS
+from .grid import ABLATION_DATASET, FLOOR, V1_SETTINGS, Grid, newest_entries
 from .tables import PAIRED_HEADER, auc_text, difference_text, label
-
 
 PAPER_ABLATION = {"prism": .7134, "prism-L1": .6805, "prism-nogelu": .7047, "prism-noconv": .7076,
                   "prism-nogain": .7098}  # paper Table 3, AUC on Electronics

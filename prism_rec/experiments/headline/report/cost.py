@@ -10,11 +10,11 @@ from pathlib import Path
 
 from .... import registry
 from ....markdown import pipe_table
-from ..protocol import DATASETS, LAYERS, SETTINGS, backbone_parameters, training_config
+from ....tracking.cells import Cell
 from ....tracking.plots import pareto_chart
 from ...throughput.solo import SOLO_NAME
-from ....tracking.cells import Cell
-from .grid import COMMAND, Grid, V1_SETTINGS
+from ..protocol import DATASETS, LAYERS, SETTINGS, backbone_parameters, training_config
+from .grid import COMMAND, V1_SETTINGS, Grid
 from .tables import label
 
 # a solo step this many times the same backbone's median step over the datasets is not believed (the

@@ -9,12 +9,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .... import registry
-from ... import tuning
+from ....tracking.bootstrap import N_RESAMPLES, PairedDifference, paired_difference
 from ....tracking.case_ranks import CaseRanks, decode
 from ....tracking.cells import Cell
+from ... import tuning
 from ..protocol import DATASETS, PROTOCOL, SEEDS
-from ....tracking.bootstrap import N_RESAMPLES, PairedDifference, paired_difference
-
 
 COMMAND = "prism-rec headline tables"
 FLOOR = "pop"  # item popularity: the row every trained backbone must clear

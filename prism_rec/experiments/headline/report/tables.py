@@ -8,12 +8,11 @@ import statistics
 
 from .... import registry
 from ....markdown import fill, pipe_table
-from ..protocol import CASE_RANKS_NAME, DATASETS, MANIFEST_NAME
 from ....paths import TEMPLATES_DIR
 from ....tracking.bootstrap import N_RESAMPLES, PairedDifference, verdict
 from ....tracking.cells import Cell, seeds_text
-from .grid import COMMAND, FLOOR, Grid, SHORT_SEQUENCE
-
+from ..protocol import CASE_RANKS_NAME, DATASETS, MANIFEST_NAME
+from .grid import COMMAND, FLOOR, SHORT_SEQUENCE, Grid
 
 PAPER_COLUMNS = {"books-dealrec": 0, "movies-long": 1, "electronics-gerec": 2, "yelp-iclrec": 3}
 PAPER_DOMAINS = ("Books", "Movies", "Electronics", "Yelp")
