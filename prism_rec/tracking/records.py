@@ -81,7 +81,7 @@ def child_run(dataset: ProcessedDataset, model: str, config: TrainConfig, device
     field with the same resolved device, precision, compile mode and backbone options."""
     data_options = dict(dataset.options)
     settings = run_settings(model, config, device, distributed)
-    train = {**asdict(config), **{key: settings[key] for key in ("device", "precision", "compile")},
+    train = {**asdict(config), **{key: settings[key] for key in ("device", "precision", "compile", "cutoffs")},
              "backbone_options": backbone_options(model, config)}
     return {
         "tags": {"dataset": dataset.name, "world_size": str(world_size), "dataset_stats": dataset_stats_tag(dataset),

@@ -45,8 +45,10 @@ IDENTITY_FIELDS = {"model": "model", "settings": "settings", "data": "data", "wo
 
 
 def checkpoint_file(dataset: str, model: str, seed: int, run_hash: str, root: Path = CHECKPOINT_DIR) -> Path:
-    """checkpoints/<dataset>/<model>-s<seed>-<hash>.pt (``dataset`` and ``model`` must be plain names)."""
-    return Path(root) / path_name(dataset, "dataset") / f"{path_name(model, 'model')}-s{int(seed)}-{run_hash}.pt"
+    """checkpoints/<dataset>/<model>-s<seed>-<hash>.pt (``dataset`` and ``model`` must be plain names; the colon
+    of a bridged model's "recbole:<Model>" becomes "_")."""
+    name = path_name(model.replace(":", "_"), "model")
+    return Path(root) / path_name(dataset, "dataset") / f"{name}-s{int(seed)}-{run_hash}.pt"
 
 
 def save_atomically(state: dict, path: Path) -> None:

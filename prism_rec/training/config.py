@@ -93,7 +93,9 @@ class TrainConfig:
         parse_sampled(self.sampled)
 
     def params(self) -> dict:
-        flat = asdict(self)
+        """Every field but the progress switch, backbone options as ``backbone.<name>``; lists where the field is
+        a tuple (as a run record's JSON reads them back)."""
+        flat = {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()}
         options = flat.pop("backbone_options")
         flat.pop("progress")
         flat.update({f"backbone.{key}": value for key, value in sorted(options.items())})

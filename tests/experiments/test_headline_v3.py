@@ -174,7 +174,7 @@ def test_the_bootstrap_verdict_does_not_move_with_the_resampling_seed():
     (["--lr-grid", "1e-3,3e-4"], "option --lr-grid: the rates must increase"),
     (["--lr-grid", "0,1e-3"], "option --lr-grid: 0.0 is not a positive learning rate"),
     (["--lr-grid", "2e-3"], "option --lr-grid: 0.002 not on the rate ladder"),
-    (["--seeds", "0"], "option --seeds: must be >= 1, got 0"),
+    (["--seeds", "0"], "option --seeds: a count in [1, 10000], got 0"),
     (["--widths", "d64,d128"], "option --widths: unknown width preset(s) d128"),
 ])
 def test_bad_input_is_refused_before_any_training(tmp_path, trained, capsys, options, message):

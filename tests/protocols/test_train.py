@@ -70,9 +70,9 @@ def test_the_grid_resumes_and_respects_its_budget(task, tmp_path, monkeypatch):
     (["--models", "bogus"], "option --models: unknown model 'bogus'"),
     (["--datasets", "electronics-gerec"], "option --datasets: dataset 'electronics-gerec' has no time"),
     (["--lr", "0"], "option --lr: must be a positive"),
-    (["--seeds", "0"], "option --seeds: expected a count >= 1"),
+    (["--seeds", "0"], "option --seeds: need at least one seed"),
     (["--head-widths", "per-backbone,x"], "option --head-widths: expected per-backbone or a positive integer"),
-    (["--budget", "-5"], "option --budget: must be a positive"),
+    (["--budget", "-5"], "option --budget: must be a finite number in (0"),
     (["--min-user-edges", "0"], "option --min-user-edges: must be >= 1"),
 ])
 def test_bad_grid_options_are_refused_before_work(argv, message, tmp_path, capsys):
