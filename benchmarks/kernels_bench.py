@@ -8,10 +8,12 @@
      chunked PyTorch path with tf32 off), then forward (no grad) and forward+backward times with
      triton.testing.do_bench (median, ms);
   3. fla's chunk_gated_delta_rule (L = 0) and chunk_simple_gla (SSD) on the same inputs.
-A failing cell (a compile error, out of memory, fla's refusal) is reported in the table, not raised; with
---time-budget the cells left when it runs out are marked skipped. Kernels are compiled first by worker
-processes in parallel (shared TRITON_CACHE_DIR), since compiling is most of the cost on a fresh machine.
-The report is rewritten after every row. --smoke runs the whole script once on the CPU under
+A failing cell (a compile error, out of memory, fla's refusal) is reported in the table, not raised; every
+check and timing cell runs in a cell worker process, so a CUDA error that poisons its context (an illegal
+address) fails that cell only and the next cell starts a fresh worker. With --time-budget the cells left when
+it runs out are marked skipped. Kernels are compiled first by worker processes in parallel (shared
+TRITON_CACHE_DIR), since compiling is most of the cost on a fresh machine. The report is rewritten after
+every check and every row. --smoke runs the whole script once on the CPU under
 TRITON_INTERPRET=1 at a tiny shape, without worker processes (each time is one call, not a measurement):
 it catches errors in the script and in the kernels' launch code before a GPU run.
 
@@ -21,6 +23,8 @@ it catches errors in the script and in the kernels' launch code before a GPU run
 """
 
 import argparse
+import concurrent.futures
+import contextlib
 import datetime
 import importlib
 import importlib.metadata
@@ -145,12 +149,19 @@ def check_errors(scan, shape, variant, backends, dtypes, reference_backend, with
     return errors
 
 
+def guarded_check(scan, shape, variant, backend, dtypes, reference_backend, with_initial_state):
+    """check_errors of one backend (a cell of its own), or one message when its reference fails."""
+    return guarded(lambda: check_errors(scan, shape, variant, [backend], dtypes, reference_backend,
+                                        with_initial_state)[backend])
+
+
 def guarded(measure):
     """measure() or, when it raises, a one-line message (a failing cell is reported, not fatal)."""
     try:
         return measure()
     except Exception as error:
-        torch.cuda.empty_cache()
+        with contextlib.suppress(Exception):  # raises again in a context a CUDA error has poisoned
+            torch.cuda.empty_cache()
         return f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:120]}"
 
 
@@ -257,6 +268,47 @@ def warm_up(tasks, workers, fla_bypass, seconds):
         pool.terminate()
 
 
+def run_cell(function, args):
+    """function(scan, *args) in a cell worker; returns (its result, whether the CUDA context is poisoned)."""
+    result = function(load_kernels(), *args)
+    try:
+        torch.cuda.synchronize()
+        return result, False
+    except Exception:  # a CUDA error (an illegal address) stays in the context: later calls would all fail
+        return result, True
+
+
+class CellRunner:
+    """Runs every check and timing cell in one spawned worker process with its own CUDA context: a CUDA error
+    that poisons the context, or a worker that dies, fails that cell (its message goes into the report) and
+    the next cell gets a fresh worker. With --smoke (CPU) the cells run in this process."""
+
+    def __init__(self, fla_bypass):
+        self.fla_bypass, self.executor = fla_bypass, None
+
+    def __call__(self, function, *args):
+        if DEVICE == "cpu":
+            return function(load_kernels(), *args)
+        if self.executor is None:
+            self.executor = concurrent.futures.ProcessPoolExecutor(
+                1, mp_context=multiprocessing.get_context("spawn"),
+                initializer=bypass_fla_hopper_guard if self.fla_bypass else None)
+        try:
+            result, poisoned = self.executor.submit(run_cell, function, args).result()
+        except concurrent.futures.process.BrokenProcessPool as error:
+            result, poisoned = f"cell worker died ({type(error).__name__})", True
+        if poisoned:
+            print(f"  cell {function.__name__}{args} left its worker unusable (a CUDA error, or it died): a fresh "
+                  "worker for the next cell", flush=True)
+            self.close()
+        return result
+
+    def close(self):
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            self.executor = None
+
+
 def use_smoke_settings():
     """--smoke: CPU tensors through Triton's interpreter (set before any kernel module loads), and the tiny
     shape for the small-shape check as well."""
@@ -312,34 +364,34 @@ def main():
     for line in warm_errors:
         print("  ", line, flush=True)
 
-    scan = load_kernels()
+    cell = CellRunner(args.fla_bypass)
     report = Report(Path(args.out), args, backends, started)
     for shape in SMALL_CHECK_SHAPES:
         for variant in variants:
-            report.checks.append((shape, variant,
-                                  check_errors(scan, shape, variant, backends, (torch.bfloat16, torch.float32),
-                                                               "naive", with_initial_state=True)))
-    report.write()
+            report.checks.append((shape, variant, {b: cell(guarded_check, shape, variant, b,
+                                                           (torch.bfloat16, torch.float32), "naive", True)
+                                                   for b in backends}))
+            report.write()
     for shape in shapes:
         for variant in variants:
             if report.out_of_time():
                 report.rows.append((shape, variant, None, {}))
                 continue
             reference_backend = "naive" if shape[1] <= 256 else "torch"
-            errors = guarded(lambda shape=shape, variant=variant, reference_backend=reference_backend: check_errors(
-                scan, shape, variant, backends, check_dtypes(shape), reference_backend))
-            cells = {b: {"errors": errors if isinstance(errors, str) else errors[b],
-                         "times": time_cell(scan, shape, variant, b)}
+            cells = {b: {"errors": cell(guarded_check, shape, variant, b, check_dtypes(shape), reference_backend,
+                                        False),
+                         "times": cell(time_cell, shape, variant, b)}
                      for b in backends}
             if args.fla and variant in ("L=0", "SSD"):
-                cells["fla"] = {"times": time_cell(scan, shape, variant, "fla")}
+                cells["fla"] = {"times": cell(time_cell, shape, variant, "fla")}
             report.rows.append((shape, variant, reference_backend, cells))
             for backend in backends:
                 for chunk_size in chunk_sizes if variant in sweep_variants else []:
                     report.sweep.append((shape, variant, backend, chunk_size,
-                                         time_cell(scan, shape, variant, backend, chunk_size)))
+                                         cell(time_cell, shape, variant, backend, chunk_size)))
             report.write()
             print(report.format_row(report.rows[-1]), flush=True)
+    cell.close()
     report.write(final=True)
 
 

@@ -59,6 +59,15 @@ SEQUENTIAL_PROGRAMS = 256
 SEQUENTIAL_WARPS = 4
 SEQUENTIAL_STAGES = 2
 PARALLEL_WARPS = 8
+# Pipelining stages of the parallel kernels by the inputs' element size, from Triton's shared-memory count for
+# sm_90a (benchmarks/kernel_resources.py; results/kernels.md, chunk_split section): 3 (Triton's default) for
+# bf16 / fp16; fp32 inputs take 2, as with 3 `_wy_backward_kernel` needs more than the H200's 227 KB at L = 3.
+PARALLEL_STAGES = {2: 3, 4: 2}
+# Key and value widths below 64 are padded to 64 (masked): at key width 32 with extra writes the kernels hit
+# an illegal address on the H200 (Triton 3.6) that the interpreter, with every tensor fenced by NaN, does not
+# show (tests/kernels/test_chunk_split.py); Triton's Hopper dot code is known to fault with several dots of
+# widths 16 or 32 in one kernel (results/kernels.md, chunk_split section). Block overrides below 64 stay allowed.
+MIN_DOT_WIDTH = 64
 
 
 @triton.jit
@@ -486,16 +495,22 @@ def _dot_dtype(x):
 
 def _config(B, H, K, V, chunk, key_block, value_block, sequential_value):
     """Chunk length, the whole padded key width (the sequential kernels hold [K, value block] states), and
-    the key / value blocks of the parallel kernels and the value block of the sequential ones."""
+    the key / value blocks of the parallel kernels and the value block of the sequential ones; key and value
+    widths are padded to at least MIN_DOT_WIDTH."""
     if chunk not in CHUNKS:
         raise ValueError(f"chunk must be one of {CHUNKS}, got {chunk}")
     for name, block in (("key_block", key_block), ("value_block", value_block), ("sequential_value", sequential_value)):
         if block is not None and (block < 16 or block & (block - 1)):
             raise ValueError(f"{name} must be a power of two >= 16, got {block}")
-    BK = max(16, triton.next_power_of_2(K))
-    BV = max(16, triton.next_power_of_2(V))
+    BK = max(MIN_DOT_WIDTH, triton.next_power_of_2(K))
+    BV = max(MIN_DOT_WIDTH, triton.next_power_of_2(V))
     return (chunk, BK, min(BK, key_block or 64), min(BV, value_block or 64),
             min(BV, sequential_value or _value_block(B * H, BV, busy=SEQUENTIAL_PROGRAMS)))
+
+
+def _parallel_launch(k):
+    """Warps and pipelining stages of the parallel kernels for inputs of k's dtype."""
+    return dict(num_warps=PARALLEL_WARPS, num_stages=PARALLEL_STAGES[k.element_size()])
 
 
 def _pointer_or(x, placeholder):
@@ -525,9 +540,10 @@ class _ChunkSplitScan(torch.autograd.Function):
         u = torch.empty_like(v, dtype=torch.float32) if beta is not None else v
         extra_states = torch.empty(B, H, NT, K, V, **fp32) if extra_k is not None else G
         flags = dict(HAS_EXTRA=extra_k is not None, DT=_dot_dtype(k), PRECISION=precision, BT=BT)
+        parallel_launch = _parallel_launch(k)
         _wy_forward_kernel[(NT, B * H)](
             k, v, g, _pointer_or(beta, g), _pointer_or(extra_k, k), _pointer_or(extra_v, v), G, inverses, w, u,
-            extra_states, T, H, K, V, L, NT, HAS_BETA=beta is not None, **flags, BK=KB, BV=VB, num_warps=PARALLEL_WARPS)
+            extra_states, T, H, K, V, L, NT, HAS_BETA=beta is not None, **flags, BK=KB, BV=VB, **parallel_launch)
         states = torch.empty(B, H, NT, K, V, device=q.device, dtype=k.dtype)  # h at every chunk start
         v_new = torch.empty_like(v, dtype=torch.float32)
         final_state = torch.empty(B, H, K, V, **fp32)
@@ -538,7 +554,7 @@ class _ChunkSplitScan(torch.autograd.Function):
         o = torch.empty(B, T, H, V, device=q.device, dtype=v.dtype)
         _output_kernel[(triton.cdiv(V, VB), NT, B * H)](
             q, k, _pointer_or(extra_k, k), _pointer_or(extra_v, v), G, states, v_new, o, scale, T, H, K, V, L, NT,
-            **flags, BK=KB, BV=VB, num_warps=PARALLEL_WARPS)
+            **flags, BK=KB, BV=VB, **parallel_launch)
         ctx.save_for_backward(q, k, v, beta, extra_k, extra_v, G, inverses, w, states, v_new)
         ctx.config = (scale, (BT, BK, KB, VB, VS), NT, precision, initial_state is not None, dtypes)
         return o, final_state
@@ -555,10 +571,11 @@ class _ChunkSplitScan(torch.autograd.Function):
         d_o = d_o.to(k.dtype).contiguous()
         fp32 = dict(device=q.device, dtype=torch.float32)
         flags = dict(DT=_dot_dtype(k), PRECISION=precision, BT=BT)
+        parallel_launch = _parallel_launch(k)
         parallel = dict(HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, **flags, BK=KB, BV=VB)
         dv_new = torch.empty(B, T, H, V, **fp32)
         _local_value_grad_kernel[(triton.cdiv(V, VB), NT, B * H)](q, k, G, d_o, dv_new, scale, T, H, K, V, **flags,
-                                                                  BK=KB, BV=VB, num_warps=PARALLEL_WARPS)
+                                                                  BK=KB, BV=VB, **parallel_launch)
         d_states = torch.empty_like(states)  # dh' of every chunk
         d_initial = torch.empty(B, H, K, V, **fp32)
         _state_backward_kernel[(triton.cdiv(V, VS), B * H)](
@@ -573,18 +590,18 @@ class _ChunkSplitScan(torch.autograd.Function):
         dev = torch.empty_like(extra_v, dtype=torch.float32) if extra_v is not None else dv_new
         _key_grads_kernel[(NK, NT, B * H)](
             q, k, _pointer_or(extra_k, k), _pointer_or(extra_v, v), G, states, d_states, v_new, dv_new, d_o,
-            dq, dk, dw, dG, dek, scale, T, H, K, V, L, NT, **parallel, num_warps=PARALLEL_WARPS)
+            dq, dk, dw, dG, dek, scale, T, H, K, V, L, NT, **parallel, **parallel_launch)
         if extra_k is not None:
             _extra_value_grads_kernel[(triton.cdiv(V, VB), NT, B * H)](
                 q, extra_k, extra_v, G, d_states, d_o, dev, scale, T, H, K, V, L, NT, **flags, BK=KB, BV=VB,
-                num_warps=PARALLEL_WARPS)
+                **parallel_launch)
         dv = torch.empty(B, T, H, V, **fp32) if beta is not None else dv_new
         dbeta = torch.empty(B, T, H, **fp32) if beta is not None else None
         dg = torch.empty(B, T, H, **fp32)
         _wy_backward_kernel[(NT, B * H)](
             k, v, _pointer_or(beta, G), _pointer_or(extra_k, k), _pointer_or(extra_v, v), G, inverses, dw, dv_new,
             dG, dk, dek, dev, dv, _pointer_or(dbeta, dg), dg, T, H, K, V, L, NT, NK, **parallel,
-            num_warps=PARALLEL_WARPS)
+            **parallel_launch)
         grads = (dq, dk, dv, dg, dbeta, dek if extra_k is not None else None, dev if extra_v is not None else None)
         return (*(None if d is None else d.to(dtype) for d, dtype in zip(grads, dtypes)),
                 d_initial if has_initial else None, None, None)

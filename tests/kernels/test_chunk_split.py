@@ -69,3 +69,52 @@ def test_chunk_split_rejects_bad_blocks(option, value, message):
     inputs = make_inputs(B=1, T=4, H=1, K=16, V=16, L=0, with_beta=True, with_initial_state=False, device=DEVICE)
     with pytest.raises(ValueError, match=message):
         chunk_split_delta_scan(**inputs, scale=0.25, **{option: value})
+
+
+class _FencedTorch:
+    """torch for kernels/chunk_split.py, whose empty / empty_like hand out the middle third of a NaN-filled
+    buffer: the thirds on either side are canaries."""
+
+    def __init__(self):
+        self.buffers = []  # (buffer, numel of the tensor in its middle)
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def fenced(self, shape, dtype, device):
+        n = torch.Size(shape).numel()
+        buffer = torch.full((3 * n,), float("nan"), dtype=dtype, device=device)
+        self.buffers.append((buffer, n))
+        return buffer[n:2 * n].view(shape)
+
+    def empty(self, *shape, dtype=torch.float32, device=None):
+        return self.fenced(shape, dtype, device)
+
+    def empty_like(self, x, dtype=None):
+        return self.fenced(x.shape, dtype or x.dtype, x.device)
+
+    def fenced_leaf(self, x):
+        """A copy of x inside canaries, a leaf that takes gradients."""
+        copy = self.fenced(x.shape, x.dtype, x.device)
+        copy.copy_(x.detach())
+        return copy.requires_grad_()
+
+    def canaries_intact(self):
+        return all(torch.cat([buffer[:n], buffer[2 * n:]]).isnan().all() for buffer, n in self.buffers)
+
+
+def test_chunk_split_stays_inside_its_tensors(monkeypatch):
+    """Every input a view into a NaN-filled buffer, and every tensor chunk_split allocates too: a read past
+    a tensor's ends turns a result NaN, a write past them overwrites a canary (the interpreter faults on
+    neither, the GPU does). Two batches, three heads, the last chunk partial, L = 3, an initial state, V != K."""
+    from prism_rec.kernels import chunk_split
+
+    fenced_torch = _FencedTorch()
+    monkeypatch.setattr(chunk_split, "torch", fenced_torch)
+    inputs = make_inputs(B=2, T=70, H=3, K=32, V=24, L=3, with_beta=True, with_initial_state=True, seed=3,
+                         device=DEVICE)
+    result = run_with_grads({n: None if x is None else fenced_torch.fenced_leaf(x) for n, x in inputs.items()},
+                            "chunk_split")
+    assert fenced_torch.canaries_intact()
+    assert all(x.isfinite().all() for x in result.values())
+    assert_close_to(result, run_with_grads(inputs, "naive"), rtol=1e-4)
