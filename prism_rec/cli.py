@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import registry
 from .errors import BenchFailures, OptionError
-from .options import STORE_COMMANDS, check_options, parse_seeds, resolve_models
+from .options import check_options, opens_store, parse_seeds, resolve_models
 from .recbole_bridge import config as recbole_models
 from .training.config import TrainConfig
 
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     args.invocation = shlex.join(["prism-rec", *argv])  # the command as run, recorded by the runs it trains
     try:
         check_options(args)
-        if args.command in STORE_COMMANDS:
+        if opens_store(args):
             from .tracking.store import check_store
 
             check_store()

@@ -3,6 +3,7 @@ the option."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import tempfile
 from pathlib import Path
@@ -67,6 +68,17 @@ def parse_seeds(text: str) -> list[int]:
 FOLDER_OPTIONS = ("results_dir", "checkpoint_dir", "checkpoints")  # folders a command writes into
 OUTPUT_OPTIONS = ("out",)  # a folder, or a file where the name has a suffix (scaling.md)
 STORE_COMMANDS = ("bench", "tables", "import-runs", "ui")  # the commands that always open the MLflow store
+
+
+def opens_store(args) -> bool:
+    """Whether the parsed command line opens the MLflow store: the commands of ``STORE_COMMANDS`` always,
+    ``probe`` unless --no-mlflow, ``throughput`` with --mlflow on (or auto where mlflow is installed)."""
+    if args.command in STORE_COMMANDS:
+        return True
+    if args.command == "probe":
+        return not getattr(args, "no_mlflow", False)
+    mode = getattr(args, "mlflow", "off") if args.command == "throughput" else "off"
+    return mode == "on" or (mode == "auto" and importlib.util.find_spec("mlflow") is not None)
 
 
 def option_name(dest: str) -> str:

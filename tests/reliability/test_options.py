@@ -82,10 +82,14 @@ def test_a_locked_or_corrupt_store_is_one_line(store, monkeypatch):
     finally:
         holder.close()
     database.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(SystemExit) as exit:
-        main(["tables", "--results-dir", str(store / "results")])
-    assert exit.value.code == (f"prism-rec tables: MLflow store {database}: not a usable sqlite database (file "
-                               "is not a database); move it away to start a new store")
+    for argv in (["tables", "--results-dir", str(store / "results")],
+                 ["probe", "--tasks", "parity", "--models", "sasrec", "--seeds", "1", "--steps", "2",
+                  "--out", str(store / "probes")],
+                 ["throughput", "--mlflow", "on", "--results-dir", str(store / "throughput")]):
+        with pytest.raises(SystemExit) as exit:
+            main(argv)
+        assert exit.value.code == (f"prism-rec {argv[0]}: MLflow store {database}: not a usable sqlite database "
+                                   "(file is not a database); move it away to start a new store")
 
 
 def test_probe_with_the_default_device_runs_on_the_cpu(store, capsys):
