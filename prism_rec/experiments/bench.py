@@ -260,12 +260,14 @@ def _follow(world: distributed.World, dataset, keys: list[tuple[str, int]], conf
 
 
 def _clear_leftovers(experiment: str, checkpoint_dir: Path) -> None:
-    """What killed processes left: temporary checkpoint files of interrupted writes (removed) and runs left
-    RUNNING (marked KILLED)."""
+    """What killed processes left: temporary checkpoint files of interrupted writes (removed), runs left
+    RUNNING (marked KILLED) and KILLED runs whose settings have since finished (tagged superseded_by)."""
     for path in remove_stale_temporaries(checkpoint_dir):
         print(f"removed {path}, left by a checkpoint write that was killed")
     for name in end_runs_of_dead_processes(experiment):
         print(f"run {name} was left RUNNING by a process that no longer runs: marked KILLED")
+    for name in runs.mark_superseded(experiment):
+        print(f"run {name} was killed and its settings have since trained to the end: tagged superseded_by")
 
 
 def _train_children(world: distributed.World, dataset, keys: list[tuple[str, int]], config: TrainConfig,

@@ -111,6 +111,25 @@ def running_children(experiment: str, host: str) -> list[dict]:
             for _, run in runs.iterrows()]
 
 
+def mark_superseded(experiment: str) -> list[str]:
+    """Tag ``superseded_by`` on every KILLED child run of ``experiment`` whose settings (config_hash) a FINISHED
+    child has since trained to the end (a twin left by a bench killed before its run resumed in place); returns
+    the names of the runs it tagged."""
+    import mlflow
+
+    children = mlflow.search_runs([experiment], filter_string="tags.prism_rec_role = 'child'")
+    if children.empty or "tags.config_hash" not in children:
+        return []
+    finished = children[children["status"] == "FINISHED"].groupby("tags.config_hash")["run_id"].first()
+    killed = children[(children["status"] == "KILLED") & children["tags.config_hash"].isin(finished.index)]
+    if "tags.superseded_by" in killed:
+        killed = killed[killed["tags.superseded_by"].isna()]
+    client = mlflow.MlflowClient()
+    for _, run in killed.iterrows():
+        client.set_tag(run["run_id"], "superseded_by", finished[run["tags.config_hash"]])
+    return list(killed["tags.mlflow.runName"])
+
+
 def newest_killed_parent(experiment: str, bench_hash: str) -> str | None:
     """The id of the newest KILLED parent run of ``experiment`` with settings hash ``bench_hash``, else None."""
     import mlflow

@@ -75,3 +75,17 @@ def test_final_metrics_are_logged_once_when_a_run_is_stopped_after_logging_them(
     assert list(children()["status"]) == ["FINISHED"]
     for name in ("test_auc", "best_epoch", "wall_seconds"):
         assert len(mlflow.MlflowClient().get_metric_history(run_id, name)) == 1, name
+
+
+def test_a_killed_twin_already_in_the_store_is_tagged_superseded_on_the_next_bench(store, one_torch_thread):
+    main(args(store))
+    [(finished, config_hash)] = children()[["run_id", "tags.config_hash"]].itertuples(index=False)
+    client = mlflow.MlflowClient()
+    experiment = mlflow.get_experiment_by_name("ml-100k").experiment_id
+    twin = client.create_run(experiment, run_name="older twin",  # what an older version left beside it
+                             tags={"prism_rec_role": "child", "config_hash": config_hash}).info.run_id
+    client.set_terminated(twin, status="KILLED")
+    main(args(store))  # the run is finished: nothing trains, the twin is tagged
+    tags = client.get_run(twin).data.tags
+    assert tags["superseded_by"] == finished
+    assert "superseded_by" not in client.get_run(finished).data.tags
