@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..training.metrics import METRIC_NAMES
 from ..training.trainer import FitResult
+from .cells import Cell
 from .plots import auc_bar_chart, learning_curve, learning_curves
 from .records import CASE_RANKS_ARTIFACT, FINISHED, RECORDS_SUFFIX, case_ranks_entry, final_metrics, read_records
 from .tables import markdown_table, spread_note, store_cells, summarise, with_test_user_ranks
@@ -181,20 +182,28 @@ def read_store(uri: str, experiment_name: str, option: str) -> list[dict]:
         raise ValueError(f"option {option}: cannot read {uri}: {error}") from None
 
 
-def log_comparison(experiment: str, parent_id: str, dataset_name: str) -> str:
-    """Log onto the active parent run the comparison of its finished children: metrics
-    ``test_<metric>_mean/<model>``, ``test_auc_ci_low|high/<model>``, ``n_seeds/<model>`` and
+def bench_children(experiment: str, parent_id: str):
+    """The finished child runs of the bench parent run ``parent_id``, by model and seed."""
+    import mlflow
+
+    return mlflow.search_runs([experiment], order_by=["tags.model", "tags.seed"],
+                              filter_string=f"tags.prism_rec_role = 'child' and tags.mlflow.parentRunId = "
+                                            f"'{parent_id}' and attributes.status = 'FINISHED'")
+
+
+def log_comparison(children, dataset_name: str) -> tuple[str, list[Cell]]:
+    """Log onto the active parent run the comparison of its finished ``children`` (:func:`bench_children`):
+    metrics ``test_<metric>_mean/<model>``, ``test_auc_ci_low|high/<model>``, ``n_seeds/<model>`` and
     ``n_test_users/<model>``; artifacts auc.md, auc.csv, auc.png (sorted, 95% intervals over test users, n)
     and learning_curves.png (every model on shared axes, best epochs starred; runs without per-epoch history,
-    such as pop's, draw none). Returns the Markdown table."""
+    such as pop's, draw none). Returns the Markdown table and the cells (with per-user AUC where every run of
+    a model has it)."""
     import mlflow
     from matplotlib import pyplot
 
     client = mlflow.MlflowClient()
-    children = mlflow.search_runs([experiment], order_by=["tags.model", "tags.seed"],
-                                  filter_string=f"tags.prism_rec_role = 'child' and tags.mlflow.parentRunId = "
-                                                f"'{parent_id}' and attributes.status = 'FINISHED'")
-    summary = summarise(with_test_user_ranks(store_cells(children, dataset_name)), intervals=True)
+    cells = with_test_user_ranks(store_cells(children, dataset_name))
+    summary = summarise(cells, intervals=True)
     metrics = {}
     for _, row in summary.iterrows():
         model = row["model"]
@@ -218,7 +227,16 @@ def log_comparison(experiment: str, parent_id: str, dataset_name: str) -> str:
     figure = learning_curves(histories, f"{dataset_name}: learning curves of this bench")
     mlflow.log_figure(figure, "learning_curves.png")
     pyplot.close(figure)
-    return table
+    return table, cells
+
+
+def log_table(columns: dict[str, list], name: str, markdown: str) -> None:
+    """``columns`` ({column: values, one per row}) on the active run as the table artifact ``<name>.json``
+    (mlflow.log_table: the UI's table view renders it) with its Markdown form ``markdown`` as ``<name>.md``."""
+    import mlflow
+
+    mlflow.log_table(data=columns, artifact_file=f"{name}.json")
+    mlflow.log_text(markdown, f"{name}.md")
 
 
 def _create_run(client, experiment: str, run_name: str, tags: dict, start_time_ms: int) -> str:
