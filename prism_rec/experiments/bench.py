@@ -2,11 +2,12 @@
 A recommender that does not train (``registry.trains``: pop) is deterministic and runs once, with the first seed.
 
 One MLflow experiment per dataset, one parent run per invocation, one child run ``<model>-s<seed>``
-per training with every setting as a param as it ran (``records.run_settings``: the resolved device, precision
-and compile mode, every backbone option with its default filled in; also config.json), per-epoch metrics
-at step = epoch (1-based, like best_epoch), final test metrics, cost figures and a learning-curve PNG. The
-parent run carries the comparison of its children (``tracking.runs.log_comparison``): per-model summary metrics,
-the AUC table and chart (sorted, with 95% intervals over test users and n), every model's learning
+per training (tagged ``bench`` with its parent's run name) with every setting as a param as it ran
+(``records.run_settings``: the resolved device, precision and compile mode, every backbone option with its
+default filled in; also config.json), per-epoch metrics at step = epoch (1-based, like best_epoch), final
+test metrics, cost figures and a learning-curve PNG. The parent run carries the comparison of its children
+(``tracking.runs.log_comparison``): per-model summary metrics, the table comparison.json (model, n, mean,
+interval), the AUC table and chart (sorted, with 95% intervals over test users and n), every model's learning
 curves on shared axes, and the paired difference of every model against the best mean (:func:`against_best`,
 the headline verdict rule of headline/verdicts.py) as the table paired_differences.json, also printed. A run
 whose best epoch is its last is still improving: bench warns of it, per run and in the summary.
@@ -56,7 +57,7 @@ from ..registry import backbone_entry, build_backbone, get_dataset, trains
 from ..tracking import runs
 from ..tracking.cells import Cell
 from ..tracking.records import child_run, dataset_stats_tag, run_hash
-from ..tracking.store import end_runs_of_dead_processes, experiment_id, process_tags, provenance_tags
+from ..tracking.store import BENCH_TAG, end_runs_of_dead_processes, experiment_id, process_tags, provenance_tags
 from ..tracking.tables import LOCAL_RESULTS_DIR, write_tables
 from ..training import distributed
 from ..training.candidates import check_sampled
@@ -244,7 +245,7 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
                              "seed_values": ",".join(map(str, seeds)), "device": str(device),
                              **{f"data.{k}": v for k, v in dataset.options.items()}})
         results, failures = _train_children(world, dataset, keys, config, plan, checkpoint_for, device, experiment,
-                                            {**tags, "mlflow.parentRunId": parent})
+                                            {**tags, "mlflow.parentRunId": parent, BENCH_TAG: runs.run_name(parent)})
         if results or any(planned.action == FINISHED for planned in plan.values()):
             _report(experiment, parent, dataset_name, results_dir)
             print(f"{len(results)} training run(s) in {time.perf_counter() - started:.0f} s")
