@@ -19,7 +19,7 @@ from pathlib import Path
 from ..training.metrics import METRIC_NAMES
 from ..training.trainer import FitResult
 from .cells import Cell
-from .plots import auc_bar_chart, learning_curve, learning_curves
+from .plots import auc_chart, learning_curve, learning_curves
 from .records import CASE_RANKS_ARTIFACT, FINISHED, RECORDS_SUFFIX, case_ranks_entry, final_metrics, read_records
 from .tables import markdown_table, spread_note, store_cells, summarise, with_test_user_ranks
 
@@ -232,7 +232,7 @@ def log_comparison(children, dataset_name: str) -> tuple[str, list[Cell]]:
         (Path(folder) / "auc.md").write_text(table)
         summary.to_csv(Path(folder) / "auc.csv", index=False, float_format="%.6f")
         mlflow.log_table(data=comparison_columns(summary), artifact_file=COMPARISON_TABLE)
-        auc_bar_chart(summary, f"{dataset_name}: full-ranking test AUC", Path(folder) / "auc.png")
+        auc_chart(summary, f"{dataset_name}: full-ranking test AUC", Path(folder) / "auc.png")
         mlflow.log_artifacts(folder)
     figure = learning_curves(histories, f"{dataset_name}: learning curves of this bench")
     mlflow.log_figure(figure, "learning_curves.png")

@@ -71,7 +71,8 @@ def test_bench_logs_runs_and_writes_table(store, tiny, run_cli):
         assert config["train"]["device"] == "cpu" and config["train"]["precision"] == "fp32"
     parent = runs[runs["tags.prism_rec_role"] == "parent"].iloc[0]
     assert {a.path for a in client.list_artifacts(parent["run_id"])} == {"auc.md", "auc.csv", "auc.png",
-                                                                        "learning_curves.png", "comparison.json"}
+                                                                        "learning_curves.png", "comparison.json",
+                                                                        "auc.svg"}
     assert set(children["tags.bench"]) == {parent["tags.mlflow.runName"]}
     assert parent["params.seeds"] == "2" and parent["params.seed_values"] == "0,1"
     assert parent["metrics.n_seeds/sasrec"] == 2 and parent["metrics.n_test_users/sasrec"] == 943

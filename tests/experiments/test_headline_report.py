@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import zlib
 
 import numpy as np
@@ -102,7 +103,7 @@ def test_files_are_written_for_the_datasets_with_runs(results):
     folder, paths, _, _ = results
     names = sorted(str(p.relative_to(folder)) for p in paths)
     assert names == sorted(["README.md", *(f"{d}/{f}" for d in (ELECTRONICS, SHORT)
-                                           for f in ("auc.md", "auc.csv", "auc.png", "pareto.png"))])
+                                           for f in ("auc.md", "auc.csv", "auc.png", "paired.png", "pareto.png"))])
     assert all(p.stat().st_size > 0 for p in paths)
 
 
@@ -306,3 +307,44 @@ def test_the_sharing_note_counts_runs_by_how_they_shared_the_gpu():
     note = cost.gpu_sharing_note(manifest)
     assert "with 12 or 14 worker processes" in note
     assert "runs: 2 through a CUDA MPS server, 1 in time slices" in note
+
+
+def test_every_figure_is_a_300_dpi_png_with_its_svg_and_says_what_its_whiskers_are(results):
+    from PIL import Image
+
+    folder, paths, _, lines = results
+    figures = [p for p in paths if p.suffix == ".png"]
+    assert {p.name for p in figures} == {"auc.png", "paired.png", "pareto.png"}
+    for path in figures:
+        with Image.open(path) as image:
+            assert image.info["dpi"] == pytest.approx((300, 300), abs=0.1)
+        svg = path.with_suffix(".svg").read_text()
+        assert svg.startswith("<?xml") and "whiskers: " in svg
+    auc = (folder / ELECTRONICS / "auc.svg").read_text()
+    assert "whiskers: 95% bootstrap CI over test users" in auc and "axis zoomed to the data" in auc
+    forest = (folder / ELECTRONICS / "paired.svg").read_text()
+    assert "whiskers: 95% paired bootstrap CI over test users" in forest
+    shown = set(re.findall(r"prism − ([\w+-]+)", forest))
+    assert shown == {"sasrec", "gated_deltanet", "hstu"}  # the trained baselines: no pop, ablation or preset
+    difference = paired_difference(matrix(lines, ELECTRONICS, "prism"), matrix(lines, ELECTRONICS, "sasrec"))
+    assert difference.mean < 0  # the fixture's prism is below sasrec: its point lies left of the zero line
+
+
+def test_the_auc_chart_zooms_to_the_data_and_the_forest_plot_holds_zero(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from prism_rec.tracking import plots
+
+    drawn = {}
+    monkeypatch.setattr(plots, "save_figure", lambda figure, path: drawn.setdefault(path.name, figure) and path)
+    summary = pd.DataFrame({"model": ["a", "b"], "auc_mean": [0.857, 0.880], "auc_std": [0.001, 0.002],
+                            "n_seeds": [3, 3], "auc_ci_low": [0.850, 0.875], "auc_ci_high": [0.862, 0.884]})
+    plots.auc_chart(summary, "toy", tmp_path / "auc.png")
+    low, high = drawn["auc.png"].axes[0].get_xlim()
+    assert 0.84 < low < 0.850 and 0.884 < high < 0.89  # the intervals with a margin: not from 0 or 0.5
+    assert "95% bootstrap CI over test users" in drawn["auc.png"].axes[0].get_title()
+    plots.auc_chart(summary.drop(columns=["auc_ci_low", "auc_ci_high"]), "toy", tmp_path / "std.png")
+    assert "± std over seeds" in drawn["std.png"].axes[0].get_title()
+    plots.forest_plot([("x − y", 0.01, 0.004, 0.016, True)], "toy", "whiskers: w", "", tmp_path / "forest.png")
+    low, high = drawn["forest.png"].axes[0].get_xlim()
+    assert low < 0 < 0.016 < high  # the zero line is always inside

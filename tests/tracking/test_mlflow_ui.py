@@ -36,7 +36,7 @@ def test_rest_api_lists_every_child_run_with_test_auc(mlflow_server):
     parent = request(f"{mlflow_server}/api/2.0/mlflow/runs/search",
                      {"experiment_ids": [experiment_id], "filter": "tags.prism_rec_role = 'parent'"})["runs"][0]
     artifacts = request(f"{mlflow_server}/api/2.0/mlflow/artifacts/list?run_id={parent['info']['run_id']}")
-    assert {f["path"] for f in artifacts["files"]} == {"auc.md", "auc.csv", "auc.png", "learning_curves.png",
+    assert {f["path"] for f in artifacts["files"]} == {"auc.md", "auc.csv", "auc.png", "auc.svg", "learning_curves.png",
                                                        "comparison.json", "paired_differences.json",
                                                        "paired_differences.md"}
     parent_tags = {t["key"]: t["value"] for t in parent["data"]["tags"]}
