@@ -34,6 +34,7 @@ from ..protocol import CASE_RANKS_NAME, DATASETS, MANIFEST_NAME, PROTOCOL, SEEDS
 from .checks import cap_check, case_rank_check, divergence_check, near_floor, plateaus, same_seed_check
 from .comparisons import ablation, authors_table, tuning_table, v1_comparison
 from .cost import cost_tables, gpu_sharing_note, write_pareto
+from .findings import findings
 from .grid import ABLATION_DATASET, BASELINES, COMMAND, SHORT_SEQUENCE, Grid, build_grid, model_group
 from .tables import (
     SOURCES,
@@ -84,8 +85,10 @@ def dataset_csv(grid: Grid, dataset: str) -> str:
     return pd.DataFrame(rows).to_csv(index=False, float_format="%.6f")
 
 
-def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing: dict[str, list[str]]) -> str:
-    """results/README.md: templates/headline_readme.md filled with the grid's tables, checks and figures."""
+def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing: dict[str, list[str]],
+           v3_section: str = "") -> str:
+    """results/README.md: templates/headline_readme.md filled with the grid's findings, tables, figures and (in
+    an appendix) checks; ``v3_section`` (v3_tables.readme_section) goes before the appendix."""
     rates = sorted({float(e["lr"]) for e in grid.entries if registry.trains(e["model"])})
     caps = sorted({(e["epochs"], e["patience"]) for e in grid.entries})
     commands = sorted({e["command"] for e in grid.entries})
@@ -102,7 +105,8 @@ def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing
         "caps": "; ".join(f"{e}, {p}" for e, p in caps) or "no runs", "tuning_seed": tuning.TUNING_SEED,
         "lr_grid": ", ".join(f"{r:g}" for r in tuning.LR_GRID), "seeds": ", ".join(map(str, SEEDS)),
         "rates": ", ".join(f"{r:g}" for r in rates) or "none",
-        "summary_table": summary_table(grid), "paper_table": paper_table(), "paired_note": paired_note(),
+        "findings": findings(grid), "summary_table": summary_table(grid), "paper_table": paper_table(),
+        "paired_note": paired_note(), "v3_section": v3_section,
         "per_dataset": "".join(dataset_section(grid, dataset, pareto_missing) + "\n\n" for dataset in grid.datasets),
         "checks": "\n".join([*near_floor(grid), "", *plateaus(grid), "", *cap_check(grid), "",
                              *divergence_check(grid), "", case_rank_check(grid), "", same_seed]),
@@ -131,6 +135,7 @@ def dataset_section(grid: Grid, dataset: str, pareto_missing: dict[str, list[str
         return f"{heading}\n\nNo table runs yet: all {len(grid.models)} rows missing."
     return "\n".join([heading, "", dataset_table(grid, dataset), "", paired_table(grid, dataset), "",
                       f"{made_by(SOURCES)} Also: [results/{dataset}/auc.md]({dataset}/auc.md) (with Hit@10, NDCG@10), "
+                      f"[paired.png]({dataset}/paired.png) (PRISM − each baseline), "
                       f"[pareto.png]({dataset}/pareto.png)."])
 
 
@@ -185,5 +190,5 @@ def write_results(manifest: list[dict], results_dir: Path | None = None, case_ra
     path = results_dir / "README.md"
     from ..v3_tables import readme_section
 
-    write_atomically(path, readme(grid, v1_entries, solo, pareto_missing) + readme_section(results_dir))
+    write_atomically(path, readme(grid, v1_entries, solo, pareto_missing, readme_section(results_dir)))
     return [*written, path]

@@ -70,6 +70,7 @@ class Grid:
 
 
 BASELINES, PRISM_FAMILY, AUTHORS_PRESETS = "baselines", "PRISM and its ablations", "the authors' presets"
+GROUPS = (BASELINES, PRISM_FAMILY, AUTHORS_PRESETS)  # the main table's order
 
 
 def model_group(model: str) -> str:
