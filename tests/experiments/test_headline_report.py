@@ -362,11 +362,11 @@ def test_the_readme_opens_with_findings_then_the_grouped_main_table_and_ends_wit
     assert 1 <= len(numbered) <= 6
     direct = paired_difference(matrix(lines, ELECTRONICS, "prism"), matrix(lines, ELECTRONICS, "gated_deltanet"))
     gdn = next(line for line in numbered if "prism" in line and "gated_deltanet" in line)
-    assert ("significant on 1 of 1 datasets" in gdn) == direct.significant  # only electronics has both
+    assert ("significantly different on 1 of 1 datasets" in gdn) == direct.significant  # only electronics has both
     assert "(#main-table-test-auc)" in numbered[0] and any("(#appendix-checks)" in line for line in numbered)
     leader = numbered[0]  # sasrec has the fixture's best mean on electronics, the one ranked dataset
     assert leader.startswith("1. **sasrec has the best mean rank, 1.0 over 1 datasets, and the best mean test AUC "
-                             "on 1 of")
+                             "on 1 of 1**")
     table = text.split("## Main table: test AUC")[1].split("For orientation")[0]
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()
             if line.startswith("| ")][1:]  # the header row left out

@@ -82,7 +82,10 @@ def dataset_csv(grid: Grid, dataset: str) -> str:
             row[f"{name}_mean"] = statistics.fmean(values)
             row[f"{name}_std"] = statistics.stdev(values) if len(values) > 1 else math.nan
         rows.append(row)
-    return pd.DataFrame(rows).to_csv(index=False, float_format="%.6f")
+    frame = pd.DataFrame(rows)
+    counts = ["n_seeds", "expected_seeds", "at_cap", "n_parameters"]
+    frame[counts] = frame[counts].astype("Int64")  # counts stay integers beside a row without runs
+    return frame.to_csv(index=False, float_format="%.6f")
 
 
 def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing: dict[str, list[str]],

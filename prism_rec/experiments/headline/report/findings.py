@@ -24,19 +24,21 @@ def plain_verdict(difference: PairedDifference) -> str:
     return "within noise (the interval over test users includes 0)"
 
 
-def _pair_finding(grid: Grid, first: str, second: str) -> str:
-    """Where ``first`` − ``second`` is significant, with its sign, over the datasets that have both."""
+def _pair_finding(grid: Grid, first: str, second: str) -> str | None:
+    """Where ``first`` − ``second`` is significant, and which way, over the datasets that have both (None: none)."""
     differences = {d: grid.paired(d, first, second) for d in grid.datasets}
     known = {d: x for d, x in differences.items() if not isinstance(x, str)}
     if not known:
-        return f"{first} − {second}: no dataset has both with case ranks."
-    wins = [f"{d} ({x.mean:+.4f})" for d, x in known.items() if x.significant]
+        return None
+    wins = [f"{d} ({first} {'higher' if x.mean > 0 else 'lower'} by {abs(x.mean):.4f})"
+            for d, x in known.items() if x.significant]
     if not wins:
         return (f"**{first} against {second}: not significantly different on any of the {len(known)} datasets** "
                 f"(verdict per dataset: {'; '.join(f'{d} {plain_verdict(x)}' for d, x in known.items())}; "
                 f"{PER_DATASET}).")
-    return (f"**{first} − {second} is significant on {len(wins)} of {len(known)} datasets**: {', '.join(wins)}; "
-            f"elsewhere not significant ({PER_DATASET}).")
+    rest = "" if len(wins) == len(known) else "; not significant on the others"
+    return (f"**{first} against {second}: significantly different on {len(wins)} of {len(known)} datasets**: "
+            f"{', '.join(wins)}{rest} ({PER_DATASET}).")
 
 
 def _leader(grid: Grid) -> str:
@@ -47,6 +49,7 @@ def _leader(grid: Grid) -> str:
     model, (rank, over) = order[0]
     best_on = [d for d in grid.datasets
                if grid.trained(d) and max(grid.trained(d), key=lambda c: c.mean).model == model]
+    ranked_on = sum(bool(grid.trained(d)) for d in grid.datasets)
     leads = []
     for dataset in best_on:
         second = sorted(grid.trained(dataset), key=lambda c: -c.mean)[1:2]
@@ -54,7 +57,7 @@ def _leader(grid: Grid) -> str:
         if not isinstance(difference, str):
             leads.append(difference.significant)
     return (f"**{model} has the best mean rank, {rank:.1f} over {over} datasets, and the best mean test AUC on "
-            f"{len(best_on)} of {len(grid.datasets)}** ({MAIN_TABLE}); its lead over the second is significant on "
+            f"{len(best_on)} of {ranked_on}** ({MAIN_TABLE}); its lead over the second is significant on "
             f"{sum(leads)} of those {len(leads)} (the best − second rows of the {PER_DATASET}).")
 
 
