@@ -82,12 +82,18 @@ def _zoomed(low: np.ndarray, high: np.ndarray, margin: float = 0.08) -> tuple[fl
     return bottom - pad, top + pad
 
 
-def auc_chart(summary: pd.DataFrame, title: str, path: Path, caption: str = "") -> Path:
+def auc_chart(summary: pd.DataFrame, title: str, path: Path, caption: str = "", floor: str | None = None) -> Path:
     """A point per model at its mean test AUC, best on top, on an axis zoomed to the data (neither 0 nor chance),
     each labelled on the right with its mean and n (seeds, and test users where ``summary`` has ``n_users``).
     Whiskers, named in the title: the 95% bootstrap interval over test users where ``summary`` has
     ``auc_ci_low``/``auc_ci_high`` for every model, else the std over seeds (one seed has no spread, and the
-    title says so). ``caption`` goes under it; writes ``path`` (PNG) and the SVG beside it."""
+    title says so). The row of model ``floor`` (pop's), if given, is a note under the axis instead of a point, so
+    that the axis zooms to the others. ``caption`` goes under it; writes ``path`` (PNG) and the SVG beside it."""
+    floor_rows = summary[summary["model"] == floor] if floor is not None else summary.iloc[:0]
+    if len(floor_rows) < len(summary):
+        summary = summary[summary["model"] != floor]
+    else:  # the floor alone: nothing else to zoom to
+        floor_rows = summary.iloc[:0]
     ordered = summary.sort_values("auc_mean").reset_index(drop=True)
     means = ordered["auc_mean"].to_numpy(dtype=float)
     if "auc_ci_low" in ordered and ordered["auc_ci_low"].notna().all():
@@ -112,7 +118,8 @@ def auc_chart(summary: pd.DataFrame, title: str, path: Path, caption: str = "") 
     right.tick_params(length=0)
     axes.set_xlim(*_zoomed(means - below, means + above))
     seeds = "one seed" if (ordered["n_seeds"] == 1).all() else "mean over seeds"
-    axes.set_xlabel(f"test AUC ({seeds}; axis zoomed to the data)", fontsize=8)
+    notes = "".join(f"; {row['model']} {row['auc_mean']:.4f}, off the axis" for _, row in floor_rows.iterrows())
+    axes.set_xlabel(f"test AUC ({seeds}; axis zoomed to the data{notes})", fontsize=8)
     axes.set_title(f"{title}\n{whiskers}", fontsize=9)
     axes.grid(axis="x", alpha=0.3)
     _caption(figure, caption)

@@ -345,6 +345,13 @@ def test_the_auc_chart_zooms_to_the_data_and_the_forest_plot_holds_zero(tmp_path
     low, high = drawn["auc.png"].axes[0].get_xlim()
     assert 0.84 < low < 0.850 and 0.884 < high < 0.89  # the intervals with a margin: not from 0 or 0.5
     assert "95% bootstrap CI over test users" in drawn["auc.png"].axes[0].get_title()
+    pop = pd.DataFrame({"model": ["pop (floor)"], "auc_mean": [0.60], "auc_std": [float("nan")], "n_seeds": [1],
+                        "auc_ci_low": [0.59], "auc_ci_high": [0.61]})
+    with_floor = pd.concat([summary, pop])
+    plots.auc_chart(with_floor, "toy", tmp_path / "floor.png", floor="pop (floor)")
+    axes = drawn["floor.png"].axes[0]
+    assert axes.get_xlim()[0] > 0.84 and "pop (floor) 0.6000, off the axis" in axes.get_xlabel()
+    assert [t.get_text() for t in axes.get_yticklabels()] == ["a", "b"]
     plots.auc_chart(summary.drop(columns=["auc_ci_low", "auc_ci_high"]), "toy", tmp_path / "std.png")
     assert "± std over seeds" in drawn["std.png"].axes[0].get_title()
     plots.forest_plot([("x − y", 0.01, 0.004, 0.016, True)], "toy", "whiskers: w", "", tmp_path / "forest.png")

@@ -35,7 +35,7 @@ from .checks import cap_check, case_rank_check, divergence_check, near_floor, pl
 from .comparisons import ablation, authors_table, tuning_table, v1_comparison
 from .cost import cost_tables, gpu_sharing_note, write_pareto
 from .findings import findings
-from .grid import ABLATION_DATASET, BASELINES, COMMAND, SHORT_SEQUENCE, Grid, build_grid, model_group
+from .grid import ABLATION_DATASET, BASELINES, COMMAND, FLOOR, SHORT_SEQUENCE, Grid, build_grid, model_group
 from .tables import (
     SOURCES,
     capped,
@@ -186,7 +186,7 @@ def write_results(manifest: list[dict], results_dir: Path | None = None, case_ra
                                 "auc_ci_low": [c.ci[0] if c.ci else math.nan for c in cells],
                                 "auc_ci_high": [c.ci[1] if c.ci else math.nan for c in cells]})
         auc_chart(summary, f"{dataset}: full-ranking test AUC ({PROTOCOL})", folder / "auc.png",
-                  caption=f"Made by `{COMMAND}`.")
+                  caption=f"Made by `{COMMAND}`.", floor=label(FLOOR))
         forest = write_forest(grid, dataset, folder / "paired.png")
         pareto, pareto_missing[dataset] = write_pareto(grid, dataset, solo, folder / "pareto.png")
         written += [folder / "auc.md", folder / "auc.csv", folder / "auc.png", forest, pareto]
