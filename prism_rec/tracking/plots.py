@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text in the SVGs, editable in a paper's figure
+matplotlib.rcParams["svg.hashsalt"] = "prism-rec"  # the same figure gives the same SVG (its element ids)
 
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen before pyplot loads)
 import numpy as np  # noqa: E402
@@ -69,7 +70,7 @@ def save_figure(figure: plt.Figure, path: Path) -> Path:
     closes the figure and returns ``path``."""
     write_figure_atomically(path, figure, dpi=DPI)
     buffer = io.StringIO()
-    figure.savefig(buffer, format="svg")
+    figure.savefig(buffer, format="svg", metadata={"Date": None})  # no date: a regenerated figure is unchanged
     write_atomically(Path(path).with_suffix(".svg"), buffer.getvalue())
     plt.close(figure)
     return path
