@@ -2,12 +2,16 @@
 A recommender that does not train (``registry.trains``: pop) is deterministic and runs once, with the first seed.
 
 One MLflow experiment per dataset, one parent run per invocation, one child run ``<model>-s<seed>``
-per training with every setting as a param as it ran (``records.run_settings``: the resolved device, precision
-and compile mode, every backbone option with its default filled in; also config.json), per-epoch metrics
-at step = epoch (1-based, like best_epoch), final test metrics, cost figures and a learning-curve PNG. The
-parent run carries the comparison of its children (``tracking.runs.log_comparison``): per-model summary metrics,
-the AUC table and chart (sorted, with 95% intervals over test users and n) and every model's learning
-curves on shared axes. The user's AUC table of the store goes to results/local/<dataset>/ (git-ignored);
+per training (tagged ``bench`` with its parent's run name) with every setting as a param as it ran
+(``records.run_settings``: the resolved device, precision and compile mode, every backbone option with its
+default filled in; also config.json), per-epoch metrics at step = epoch (1-based, like best_epoch), final
+test metrics, cost figures and a learning-curve PNG. The parent run carries the comparison of its children
+(``tracking.runs.log_comparison``): per-model summary metrics, the table comparison.json (model, n, mean,
+interval), the AUC table and chart (sorted, with 95% intervals over test users and n), every model's learning
+curves on shared axes, and the paired difference of every model against the best mean (:func:`against_best`,
+the headline verdict rule of headline/verdicts.py) as the table paired_differences.json, also printed. A run
+whose best epoch is its last is still improving: bench warns of it, per run and in the summary.
+The user's AUC table of the store goes to results/local/<dataset>/ (git-ignored);
 the published tables in results/<dataset>/ are never written here.
 
 Every option is checked before anything is loaded or logged (:func:`check_bench_options`, which builds
@@ -51,8 +55,9 @@ from ..recbole_bridge.config import run_options
 from ..recbole_bridge.run import fit_recbole
 from ..registry import backbone_entry, build_backbone, get_dataset, trains
 from ..tracking import runs
+from ..tracking.cells import Cell
 from ..tracking.records import child_run, dataset_stats_tag, run_hash
-from ..tracking.store import end_runs_of_dead_processes, experiment_id, process_tags, provenance_tags
+from ..tracking.store import BENCH_TAG, end_runs_of_dead_processes, experiment_id, process_tags, provenance_tags
 from ..tracking.tables import LOCAL_RESULTS_DIR, write_tables
 from ..training import distributed
 from ..training.candidates import check_sampled
@@ -60,6 +65,8 @@ from ..training.checkpoint import CHECKPOINT_DIR, RunLock, checkpoint_file, run_
 from ..training.config import TrainConfig, config_hash
 from ..training.devices import resolve_device
 from ..training.trainer import FitResult, fit, read_checkpoint
+from .headline.v3_tables import comparison_table
+from .headline.verdicts import Comparison, family
 
 FINISHED, RESUME, FRESH = "finished", "resume", "fresh"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -238,7 +245,7 @@ def _bench(world: distributed.World, dataset_name: str, models: list[str], seeds
                              "seed_values": ",".join(map(str, seeds)), "device": str(device),
                              **{f"data.{k}": v for k, v in dataset.options.items()}})
         results, failures = _train_children(world, dataset, keys, config, plan, checkpoint_for, device, experiment,
-                                            {**tags, "mlflow.parentRunId": parent})
+                                            {**tags, "mlflow.parentRunId": parent, BENCH_TAG: runs.run_name(parent)})
         if results or any(planned.action == FINISHED for planned in plan.values()):
             _report(experiment, parent, dataset_name, results_dir)
             print(f"{len(results)} training run(s) in {time.perf_counter() - started:.0f} s")
@@ -340,15 +347,61 @@ def _run_child(world: distributed.World, dataset, model: str, run_config: TrainC
 
 
 def _report(experiment: str, parent_id: str, dataset_name: str, results_dir: Path) -> None:
-    """The bench's comparison (logged on the parent run) and the user's tables, printed with where they are."""
-    comparison = runs.log_comparison(experiment, parent_id, dataset_name)
+    """The bench's comparison and paired differences (logged on the parent run) and the user's tables, printed
+    with where they are."""
+    children = runs.bench_children(experiment, parent_id)
+    comparison, cells = runs.log_comparison(children, dataset_name)
     print()
     print(comparison)
+    comparisons, best = against_best(cells, dataset_name)
+    if comparisons:
+        text = (f"Paired differences against the best mean, {best} (headline verdict rule, verdicts.py: Holm over "
+                f"the family's Welch p over seeds, the test users' interval at level 1 − α/m):\n\n"
+                f"{comparison_table(comparisons, set())}\n")
+        print(text)
+        n_users = next(cell.per_user.shape[1] for cell in cells if cell.per_user is not None)
+        runs.log_table(paired_columns(comparisons, n_users), "paired_differences", text)
+    improving = still_improving(children)
+    if improving:
+        print(f"{len(improving)} of {len(children)} run(s) still improving at the last epoch (best epoch = last): "
+              f"{', '.join(improving)}; more epochs may change the ranking")
     markdown, csv, chart = write_tables(dataset_name, results_dir)
     print(f"\nYour AUC table (every finished run of this protocol in the store): {markdown} and {csv}, "
           f"chart {chart}")
     print(f"Published headline tables (H200, not touched by bench): {RESULTS_DIR / dataset_name / 'auc.md'}")
     print(f"This bench's comparison: MLflow parent run {parent_id} (`make ui` prints its links)")
+
+
+def against_best(cells: list[Cell], dataset_name: str) -> tuple[list[Comparison], str]:
+    """The best mean test AUC's model minus every other model with per-user AUC, as one family of the headline
+    verdict rule (verdicts.family), and the best model (empty when fewer than two models have runs)."""
+    ranked = sorted((cell for cell in cells if cell.runs), key=lambda cell: -cell.mean)
+    if len(ranked) < 2 or ranked[0].per_user is None:
+        return [], ranked[0].model if ranked else ""
+    best = ranked[0]
+    others = [cell for cell in ranked[1:] if cell.per_user is not None]
+    if not others:
+        return [], best.model
+    data = {cell.model: (cell.aucs, cell.per_user) for cell in [best, *others]}
+    return family([(best.model, cell.model) for cell in others], data, dataset_name), best.model
+
+
+def paired_columns(comparisons: list[Comparison], n_users: int) -> dict[str, list]:
+    """The columns of the paired-differences table artifact: a row per comparison over ``n_users`` test users."""
+    return {"difference": [f"{c.first} − {c.second}" for c in comparisons],
+            "mean": [c.seeds.mean for c in comparisons],
+            "users_low": [c.users.low for c in comparisons], "users_high": [c.users.high for c in comparisons],
+            "users_level": [c.users.level for c in comparisons],
+            "welch_low": [c.seeds.low for c in comparisons], "welch_high": [c.seeds.high for c in comparisons],
+            "seeds": [f"{c.seeds.n_a}/{c.seeds.n_b}" for c in comparisons],
+            "n_users": [n_users] * len(comparisons),
+            "holm_p": [c.adjusted_p for c in comparisons], "verdict": [c.verdict for c in comparisons]}
+
+
+def still_improving(children) -> list[str]:
+    """The run names of the trained ``children`` (MLflow child runs) whose best epoch is their last one."""
+    return [child["tags.mlflow.runName"] for _, child in children.iterrows()
+            if trains(child["tags.model"]) and child["metrics.best_epoch"] == child["metrics.epochs_run"]]
 
 
 def _train_child(world: distributed.World, dataset, model: str, run_config: TrainConfig, run: dict,
@@ -364,6 +417,9 @@ def _train_child(world: distributed.World, dataset, model: str, run_config: Trai
     print(f"    test AUC {result.test['auc']:.4f}  Hit@10 {result.test['hit_10']:.4f}  "
           f"best epoch {result.best_epoch}/{result.epochs_run}  "
           f"{result.train_tokens_per_s:,.0f} tokens/s  {result.wall_seconds:.1f} s")
+    if trains(model) and result.best_epoch == result.epochs_run:
+        print(f"    warning: still improving at the last epoch ({result.epochs_run}): more epochs may change the "
+              "ranking")
     return result
 
 

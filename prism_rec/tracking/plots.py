@@ -1,18 +1,23 @@
-"""PNG charts for the MLflow runs: learning curves (one run's, or every model of a benchmark on shared axes),
-a benchmark's test AUC per model."""
+"""Charts of the runs: learning curves (one run's, or every model of a benchmark on shared axes), the test AUC
+per model, paired differences (a forest plot) and the cost Pareto plot; the files are 300-dpi PNGs with an SVG
+beside (:func:`save_figure`)."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
+matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text in the SVGs, editable in a paper's figure
+matplotlib.rcParams["svg.hashsalt"] = "prism-rec"  # the same figure gives the same SVG (its element ids)
 
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen before pyplot loads)
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..files import write_figure_atomically  # noqa: E402
+from ..files import write_atomically, write_figure_atomically  # noqa: E402
 from .cells import runs_label  # noqa: E402
 
 
@@ -57,15 +62,39 @@ def _caption(figure: plt.Figure, caption: str) -> None:
         figure.supxlabel(caption, fontsize=7, wrap=True)
 
 
-CHANCE_AUC = 0.5  # a random ranking: the bars start there
+DPI = 300  # the PNG of every figure here; an SVG of it lies beside
 
 
-def auc_bar_chart(summary: pd.DataFrame, title: str, path: Path, caption: str = "") -> Path:
-    """A horizontal bar per model from chance (AUC 0.5) to its mean test AUC, best on top, each labelled
-    with its mean and n (seeds, and test users where ``summary`` has ``n_users``). Whiskers: the 95%
-    bootstrap interval over test users where ``summary`` has ``auc_ci_low``/``auc_ci_high``, else the std
-    over seeds of the models with several (one seed has no spread, and the axis label says so).
-    ``caption`` goes under it; writes ``path``."""
+def save_figure(figure: plt.Figure, path: Path) -> Path:
+    """``figure`` as a 300-dpi PNG at ``path`` and as an SVG beside it (same name, .svg), both written atomically;
+    closes the figure and returns ``path``."""
+    write_figure_atomically(path, figure, dpi=DPI)
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", metadata={"Date": None})  # no date: a regenerated figure is unchanged
+    write_atomically(Path(path).with_suffix(".svg"), buffer.getvalue())
+    plt.close(figure)
+    return path
+
+
+def _zoomed(low: np.ndarray, high: np.ndarray, margin: float = 0.08) -> tuple[float, float]:
+    """Axis limits around the values from ``low`` to ``high``: their range with ``margin`` of it either side."""
+    bottom, top = float(np.min(low)), float(np.max(high))
+    pad = margin * (top - bottom) if top > bottom else 0.005
+    return bottom - pad, top + pad
+
+
+def auc_chart(summary: pd.DataFrame, title: str, path: Path, caption: str = "", floor: str | None = None) -> Path:
+    """A point per model at its mean test AUC, best on top, on an axis zoomed to the data (neither 0 nor chance),
+    each labelled on the right with its mean and n (seeds, and test users where ``summary`` has ``n_users``).
+    Whiskers, named in the title: the 95% bootstrap interval over test users where ``summary`` has
+    ``auc_ci_low``/``auc_ci_high`` for every model, else the std over seeds (one seed has no spread, and the
+    title says so). The row of model ``floor`` (pop's), if given, is a note under the axis instead of a point, so
+    that the axis zooms to the others. ``caption`` goes under it; writes ``path`` (PNG) and the SVG beside it."""
+    floor_rows = summary[summary["model"] == floor] if floor is not None else summary.iloc[:0]
+    if len(floor_rows) < len(summary):
+        summary = summary[summary["model"] != floor]
+    else:  # the floor alone: nothing else to zoom to
+        floor_rows = summary.iloc[:0]
     ordered = summary.sort_values("auc_mean").reset_index(drop=True)
     means = ordered["auc_mean"].to_numpy(dtype=float)
     if "auc_ci_low" in ordered and ordered["auc_ci_low"].notna().all():
@@ -73,31 +102,63 @@ def auc_bar_chart(summary: pd.DataFrame, title: str, path: Path, caption: str = 
         whiskers = "whiskers: 95% bootstrap CI over test users"
     else:
         below = above = ordered["auc_std"].fillna(0.0).to_numpy(dtype=float)
-        whiskers = "whiskers: std over seeds" if (ordered["n_seeds"] > 1).any() else "one seed: no spread over seeds"
-    figure, axes = plt.subplots(figsize=(8, 1.2 + 0.45 * len(ordered)), layout="constrained")
-    axes.barh(ordered["model"], means - CHANCE_AUC, left=CHANCE_AUC, xerr=[below, above], capsize=3,
-              color="tab:blue", alpha=0.8)
-    for position, row in ordered.iterrows():
+        whiskers = "whiskers: ± std over seeds" if (ordered["n_seeds"] > 1).any() else "one seed: no whiskers"
+    figure, axes = plt.subplots(figsize=(7, 1.1 + 0.3 * len(ordered)), layout="constrained")
+    positions = np.arange(len(ordered))
+    axes.errorbar(means, positions, xerr=[below, above], fmt="o", color="tab:blue", capsize=3, markersize=5)
+    axes.set_yticks(positions, ordered["model"], fontsize=8)
+    labels = []
+    for _, row in ordered.iterrows():
         n = runs_label(row["model"], row["n_seeds"])
         if "n_users" in ordered and pd.notna(row["n_users"]):
             n += f", {int(row['n_users']):,} users"
-        axes.annotate(f"{row['auc_mean']:.4f}  ({n})", (means[position] + above[position], position), va="center",
-                      fontsize=8, xytext=(4, 0), textcoords="offset points")
+        labels.append(f"{row['auc_mean']:.4f} ({n})")
+    right = axes.twinx()  # the labels as tick labels on the right: the constrained layout makes room for them
+    right.set_ylim(axes.get_ylim())
+    right.set_yticks(positions, labels, fontsize=7)
+    right.tick_params(length=0)
+    axes.set_xlim(*_zoomed(means - below, means + above))
     seeds = "one seed" if (ordered["n_seeds"] == 1).all() else "mean over seeds"
-    axes.set_xlim(CHANCE_AUC, min(1.0, (means + above).max() + 0.5 * ((means + above).max() - CHANCE_AUC)))
-    axes.set(xlabel=f"test AUC ({seeds}; {whiskers}; bars start at chance, 0.5)", title=title)
+    notes = "".join(f"; {row['model']} {row['auc_mean']:.4f}, off the axis" for _, row in floor_rows.iterrows())
+    axes.set_xlabel(f"test AUC ({seeds}; axis zoomed to the data{notes})", fontsize=8)
+    axes.set_title(f"{title}\n{whiskers}", fontsize=9)
     axes.grid(axis="x", alpha=0.3)
     _caption(figure, caption)
-    write_figure_atomically(path, figure, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
+
+
+def forest_plot(rows: list[tuple[str, float, float, float, bool]], title: str, whiskers: str, caption: str,
+                path: Path) -> Path:
+    """Paired differences, a row each (``rows``: (what, mean, low, high, significant), top to bottom), as points
+    with their interval and a line at 0; a filled point where ``significant`` (by the verdict rule that
+    ``caption`` names), an open one where not. ``whiskers`` (what the intervals are) goes in the title. With no
+    rows the axes say so. Writes ``path`` (PNG) and the SVG beside it."""
+    figure, axes = plt.subplots(figsize=(7, 1.2 + 0.32 * max(len(rows), 1)), layout="constrained")
+    positions = np.arange(len(rows))[::-1]
+    for position, (_, mean, low, high, significant) in zip(positions, rows):
+        axes.errorbar(mean, position, xerr=[[mean - low], [high - mean]], fmt="o", capsize=3, color="tab:red",
+                      markerfacecolor="tab:red" if significant else "white", markersize=5)
+    axes.axvline(0.0, color="black", linewidth=0.8)
+    if rows:
+        axes.set_yticks(positions, [row[0] for row in rows], fontsize=8)
+        low, high = _zoomed(np.array([min(r[2] for r in rows), 0.0]), np.array([max(r[3] for r in rows), 0.0]))
+        axes.set_xlim(low, high)
+    else:
+        axes.set_yticks([])
+        axes.text(0.5, 0.5, "no paired differences", ha="center", va="center", transform=axes.transAxes)
+    axes.set_xlabel("difference of mean test AUC (filled: significant by the verdict rule)", fontsize=8)
+    axes.set_title(f"{title}\n{whiskers}", fontsize=9)
+    axes.grid(axis="x", alpha=0.3)
+    _caption(figure, caption)
+    return save_figure(figure, path)
 
 
 def pareto_chart(points: dict[str, tuple[float, float, float]], front: list[str], floor: float | None, title: str,
                  caption: str, path: Path) -> Path:
     """Test AUC against training tokens/s (log x) per model (``points``: {model: (tokens/s, mean AUC, std)}),
-    error bars = std, the models of ``front`` joined as the Pareto front, a dashed line at ``floor`` (pop's
-    AUC) if given; ``caption`` under the axes. With no points the axes say so. Writes ``path``."""
+    whiskers = std over seeds (the title says so), the models of ``front`` joined as the Pareto front, the y axis
+    zoomed to the points; ``floor`` (pop's AUC), if given, is a dashed line where it falls inside that range and a
+    note otherwise; ``caption`` under the axes. With no points the axes say so. Writes ``path`` and its SVG."""
     figure, axes = plt.subplots(figsize=(7.5, 5.0), layout="constrained")
     for model, (speed, mean, std) in points.items():
         on_front = model in front
@@ -107,17 +168,23 @@ def pareto_chart(points: dict[str, tuple[float, float, float]], front: list[str]
         ordered = sorted(front, key=lambda m: points[m][0])
         axes.step([points[m][0] for m in ordered], [points[m][1] for m in ordered], where="pre", color="tab:red",
                   alpha=0.6, label="Pareto front")
-    if floor is not None:
-        axes.axhline(floor, color="gray", linestyle="--", label=f"pop (floor) {floor:.4f}")
     if points:
+        values = np.array(list(points.values()))
+        low, high = _zoomed(values[:, 1] - values[:, 2], values[:, 1] + values[:, 2])
+        axes.set_ylim(low, high)
         axes.set_xscale("log")
-        axes.legend(fontsize=8, loc="lower right")
     else:
         axes.text(0.5, 0.5, "no solo throughput figures", ha="center", va="center", transform=axes.transAxes)
-    axes.set(xlabel="solo training tokens/s (log scale)", ylabel="test AUC (mean ± std over seeds)", title=title)
+    if floor is not None and (not points or low <= floor <= high):
+        axes.axhline(floor, color="gray", linestyle="--", label=f"pop (floor) {floor:.4f}")
+    elif floor is not None:
+        axes.text(0.01, 0.01, f"pop (floor) {floor:.4f}, {'below' if floor < low else 'above'} the axis", fontsize=7,
+                  color="gray", transform=axes.transAxes)
+    if points:
+        axes.legend(fontsize=8, loc="lower right")
+    axes.set(xlabel="solo training tokens/s (log scale)", ylabel="test AUC (mean over seeds)",
+             title=f"{title}\nwhiskers: ± std over seeds; axis zoomed to the data")
     axes.title.set_fontsize(9)
     axes.grid(alpha=0.3, which="both")
     _caption(figure, caption)
-    write_figure_atomically(path, figure, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)

@@ -18,12 +18,14 @@ from pathlib import Path
 
 from ..training.metrics import METRIC_NAMES
 from ..training.trainer import FitResult
-from .plots import auc_bar_chart, learning_curve, learning_curves
+from .cells import Cell
+from .plots import auc_chart, learning_curve, learning_curves
 from .records import CASE_RANKS_ARTIFACT, FINISHED, RECORDS_SUFFIX, case_ranks_entry, final_metrics, read_records
 from .tables import markdown_table, spread_note, store_cells, summarise, with_test_user_ranks
 
 RECORD_ID_TAG = "record_id"
 ERROR_TAG = "error"
+COMPARISON_TABLE = "comparison.json"  # the parent run's comparison, one row per model
 MLFLOW_TAG_LIMIT = 4000  # characters of a tag value kept
 
 
@@ -51,6 +53,13 @@ def log_params(params: dict) -> None:
     import mlflow
 
     mlflow.log_params(params)
+
+
+def run_name(run_id: str) -> str:
+    """The name of run ``run_id``."""
+    import mlflow
+
+    return mlflow.MlflowClient().get_run(run_id).info.run_name
 
 
 def note_failures(failures: list[str]) -> None:
@@ -200,20 +209,29 @@ def read_store(uri: str, experiment_name: str, option: str) -> list[dict]:
         raise ValueError(f"option {option}: cannot read {uri}: {error}") from None
 
 
-def log_comparison(experiment: str, parent_id: str, dataset_name: str) -> str:
-    """Log onto the active parent run the comparison of its finished children: metrics
-    ``test_<metric>_mean/<model>``, ``test_auc_ci_low|high/<model>``, ``n_seeds/<model>`` and
-    ``n_test_users/<model>``; artifacts auc.md, auc.csv, auc.png (sorted, 95% intervals over test users, n)
+def bench_children(experiment: str, parent_id: str):
+    """The finished child runs of the bench parent run ``parent_id``, by model and seed."""
+    import mlflow
+
+    return mlflow.search_runs([experiment], order_by=["tags.model", "tags.seed"],
+                              filter_string=f"tags.prism_rec_role = 'child' and tags.mlflow.parentRunId = "
+                                            f"'{parent_id}' and attributes.status = 'FINISHED'")
+
+
+def log_comparison(children, dataset_name: str) -> tuple[str, list[Cell]]:
+    """Log onto the active parent run the comparison of its finished ``children`` (:func:`bench_children`):
+    metrics ``test_<metric>_mean/<model>``, ``test_auc_ci_low|high/<model>``, ``n_seeds/<model>`` and
+    ``n_test_users/<model>``; the table comparison.json (:func:`comparison_columns`, for the UI's table view);
+    artifacts auc.md, auc.csv, auc.png (sorted, 95% intervals over test users, n)
     and learning_curves.png (every model on shared axes, best epochs starred; runs without per-epoch history,
-    such as pop's, draw none). Returns the Markdown table."""
+    such as pop's, draw none). Returns the Markdown table and the cells (with per-user AUC where every run of
+    a model has it)."""
     import mlflow
     from matplotlib import pyplot
 
     client = mlflow.MlflowClient()
-    children = mlflow.search_runs([experiment], order_by=["tags.model", "tags.seed"],
-                                  filter_string=f"tags.prism_rec_role = 'child' and tags.mlflow.parentRunId = "
-                                                f"'{parent_id}' and attributes.status = 'FINISHED'")
-    summary = summarise(with_test_user_ranks(store_cells(children, dataset_name)), intervals=True)
+    cells = with_test_user_ranks(store_cells(children, dataset_name))
+    summary = summarise(cells, intervals=True)
     metrics = {}
     for _, row in summary.iterrows():
         model = row["model"]
@@ -232,12 +250,32 @@ def log_comparison(experiment: str, parent_id: str, dataset_name: str) -> str:
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "auc.md").write_text(table)
         summary.to_csv(Path(folder) / "auc.csv", index=False, float_format="%.6f")
-        auc_bar_chart(summary, f"{dataset_name}: full-ranking test AUC", Path(folder) / "auc.png")
+        mlflow.log_table(data=comparison_columns(summary), artifact_file=COMPARISON_TABLE)
+        auc_chart(summary, f"{dataset_name}: full-ranking test AUC", Path(folder) / "auc.png")
         mlflow.log_artifacts(folder)
     figure = learning_curves(histories, f"{dataset_name}: learning curves of this bench")
     mlflow.log_figure(figure, "learning_curves.png")
     pyplot.close(figure)
-    return table
+    return table, cells
+
+
+def comparison_columns(summary) -> dict[str, list]:
+    """A bench's comparison as table columns, a row per model, best mean test AUC first: model, seeds (n),
+    test users, mean and std of the test AUC over seeds, its 95% bootstrap interval over test users."""
+    ordered = summary.sort_values("auc_mean", ascending=False)
+    return {"model": ordered["model"].tolist(), "n_seeds": ordered["n_seeds"].astype(int).tolist(),
+            "n_test_users": ordered["n_users"].tolist(), "test_auc_mean": ordered["auc_mean"].tolist(),
+            "test_auc_std": ordered["auc_std"].tolist(), "test_auc_ci_low": ordered["auc_ci_low"].tolist(),
+            "test_auc_ci_high": ordered["auc_ci_high"].tolist()}
+
+
+def log_table(columns: dict[str, list], name: str, markdown: str) -> None:
+    """``columns`` ({column: values, one per row}) on the active run as the table artifact ``<name>.json``
+    (mlflow.log_table: the UI's table view renders it) with its Markdown form ``markdown`` as ``<name>.md``."""
+    import mlflow
+
+    mlflow.log_table(data=columns, artifact_file=f"{name}.json")
+    mlflow.log_text(markdown, f"{name}.md")
 
 
 def _create_run(client, experiment: str, run_name: str, tags: dict, start_time_ms: int) -> str:

@@ -29,11 +29,13 @@ EXPERIMENT_NOTE_TAG = "mlflow.note.content"  # the description the UI shows abov
 # A view the UI loads from an experiment tag named by the link's ``viewStateShareKey`` (MLflow's "share
 # view"): the child runs ranked by test AUC with their metric columns, charts narrowed to the AUCs.
 VIEW_KEY = "prism-rec-ranked"
+BENCH_TAG = "bench"  # a child run's bench: its parent run's name
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
 RANKING_METRIC = "test_auc"
 VIEW_COLUMNS = [*(f"metrics.`{name}`" for name in (RANKING_METRIC, "test_hit_10", "test_ndcg_10", "best_epoch",
                                                    "epochs_run", "wall_seconds", "train_tokens_per_s")),
-                *(f"params.`{name}`" for name in ("device", "precision", "epochs", "patience"))]
+                *(f"params.`{name}`" for name in ("device", "precision", "epochs", "patience")),
+                f"tags.`{BENCH_TAG}`"]
 RANKED_VIEW = {"searchFilter": "tags.prism_rec_role = 'child'", "orderByKey": f"metrics.`{RANKING_METRIC}`",
                "orderByAsc": False, "selectedColumns": VIEW_COLUMNS, "chartsSearchFilter": "auc"}
 
@@ -111,8 +113,9 @@ def experiment_id(name: str) -> str:
 
 
 EXPERIMENT_NOTE = ("prism-rec benchmark runs: one parent run `bench-<time>` per `prism-rec bench` (its metrics "
-                   "`test_auc_mean/<model>` and artifacts auc.png, auc.md, learning_curves.png compare the models) "
-                   "and one child run `<model>-s<seed>` per training. Sort by test_auc (Columns: add "
+                   "`test_auc_mean/<model>`, tables comparison.json and paired_differences.json and artifacts auc.png, "
+                   "auc.md, learning_curves.png compare the models) and one child run `<model>-s<seed>` per training "
+                   "(tag `bench`: its parent's name). Sort by test_auc (Columns: add "
                    "metrics test_auc) or open the links `make ui` prints.")
 
 
@@ -139,6 +142,20 @@ def runs_view_url(base_url: str, experiment: str, mode: str = "TABLE") -> str:
     return f"{base_url.rstrip('/')}/#/experiments/{experiment}/runs?{encoded}"
 
 
+def bench_url(base_url: str, experiment: str, parent_id: str) -> str:
+    """The UI's runs table of experiment id ``experiment`` filtered to the child runs of the bench whose parent
+    run is ``parent_id``, best test AUC first (a filter in the URL replaces the shared view, so the URL sorts too)."""
+    query = {"workflowType": "machine_learning", "searchFilter": bench_filter(parent_id),
+             "orderByKey": RANKED_VIEW["orderByKey"], "orderByAsc": "false", "compareRunsMode": "TABLE"}
+    encoded = urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
+    return f"{base_url.rstrip('/')}/#/experiments/{experiment}/runs?{encoded}"
+
+
+def bench_filter(parent_id: str) -> str:
+    """The MLflow search filter of the child runs of the bench whose parent run is ``parent_id``."""
+    return f"tags.prism_rec_role = 'child' and tags.mlflow.parentRunId = '{parent_id}'"
+
+
 def run_artifact_url(base_url: str, experiment: str, run_id: str, artifact: str) -> str:
     """The UI page of run ``run_id``'s artifacts with ``artifact`` open."""
     return (f"{base_url.rstrip('/')}/#/experiments/{experiment}/runs/{run_id}/artifacts/{urllib.parse.quote(artifact)}"
@@ -148,13 +165,14 @@ def run_artifact_url(base_url: str, experiment: str, run_id: str, artifact: str)
 def ui_links(base_url: str) -> list[tuple[str, dict[str, str]]]:
     """(experiment name, {view: URL}) for every experiment of the store that holds benchmark runs, each
     first tagged as model training (:func:`tag_model_training`): the ranked runs, the charts, the
-    artifacts side by side, and the newest bench's comparison (its parent run's artifacts)."""
+    artifacts side by side, the newest bench's comparison (its parent run's artifacts), and a ranked table of
+    each bench's runs (``bench <parent run name>``, newest first: :func:`bench_url`)."""
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri())
     links = []
     for experiment in mlflow.search_experiments(order_by=["name"]):
-        parents = mlflow.search_runs([experiment.experiment_id], max_results=1, order_by=["attributes.start_time DESC"],
+        parents = mlflow.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"],
                                      filter_string="tags.prism_rec_role = 'parent'")
         if parents.empty:
             continue
@@ -163,6 +181,9 @@ def ui_links(base_url: str) -> list[tuple[str, dict[str, str]]]:
                  for name, mode in (("ranked runs", "TABLE"), ("charts", "CHART"), ("artifacts", "ARTIFACT"))}
         views["newest bench"] = run_artifact_url(base_url, experiment.experiment_id, parents["run_id"].iloc[0],
                                                  "auc.png")
+        for _, parent in parents.iterrows():
+            views[f"bench {parent['tags.mlflow.runName']}"] = bench_url(base_url, experiment.experiment_id,
+                                                                        parent["run_id"])
         links.append((experiment.name, views))
     return links
 

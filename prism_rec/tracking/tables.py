@@ -21,7 +21,7 @@ from ..registry import trains
 from ..training.metrics import METRIC_NAMES
 from .case_ranks import decode
 from .cells import Cell, runs_label
-from .plots import auc_bar_chart
+from .plots import auc_chart
 from .records import CASE_RANKS_ARTIFACT
 from .store import experiment_id
 
@@ -193,7 +193,7 @@ def write_tables(dataset: str, results_dir: Path = LOCAL_RESULTS_DIR) -> tuple[P
     markdown_path, csv_path = folder / "auc.md", folder / "auc.csv"
     write_atomically(markdown_path, "\n".join(lines) + "\n")
     write_atomically(csv_path, summary.to_csv(index=False, float_format="%.6f"))
-    chart_path = auc_bar_chart(summary, f"{dataset}: full-ranking test AUC", folder / "auc.png")
+    chart_path = auc_chart(summary, f"{dataset}: full-ranking test AUC", folder / "auc.png")
     return markdown_path, csv_path, chart_path
 
 

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import mlflow
+import pandas as pd
 import pytest
 import torch
 
@@ -70,7 +71,9 @@ def test_bench_logs_runs_and_writes_table(store, tiny, run_cli):
         assert config["train"]["device"] == "cpu" and config["train"]["precision"] == "fp32"
     parent = runs[runs["tags.prism_rec_role"] == "parent"].iloc[0]
     assert {a.path for a in client.list_artifacts(parent["run_id"])} == {"auc.md", "auc.csv", "auc.png",
-                                                                        "learning_curves.png"}
+                                                                        "learning_curves.png", "comparison.json",
+                                                                        "auc.svg"}
+    assert set(children["tags.bench"]) == {parent["tags.mlflow.runName"]}
     assert parent["params.seeds"] == "2" and parent["params.seed_values"] == "0,1"
     assert parent["metrics.n_seeds/sasrec"] == 2 and parent["metrics.n_test_users/sasrec"] == 943
     assert parent["metrics.test_auc_mean/sasrec"] == pytest.approx(children["metrics.test_auc"].mean())
@@ -240,3 +243,26 @@ def test_bench_options_are_made_from_train_config_fields(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         parsed("--help")
     assert "--warmup-steps WARMUP_STEPS" in capsys.readouterr().out
+
+
+def test_bench_reports_paired_differences_against_the_best_and_runs_still_improving(store, tiny, run_cli):
+    result = run_cli("bench", "--models", "sasrec,pop", "--seeds", "2", "--results-dir", str(store / "r"), *tiny)
+    runs = mlflow.search_runs(experiment_names=["ml-100k"])
+    children = runs[runs["tags.prism_rec_role"] == "child"]
+    means = children.groupby("tags.model")["metrics.test_auc"].mean()
+    best, other = means.idxmax(), means.idxmin()
+    assert f"Paired differences against the best mean, {best}" in result.stdout
+    parent = runs[runs["tags.prism_rec_role"] == "parent"].iloc[0]
+    logged = mlflow.artifacts.load_dict(f"runs:/{parent['run_id']}/paired_differences.json")
+    table = pd.DataFrame(logged["data"], columns=logged["columns"])  # mlflow.log_table's layout
+    assert table["difference"].tolist() == [f"{best} − {other}"]
+    assert table["mean"].iloc[0] == pytest.approx(means[best] - means[other], abs=1e-9)  # the table keeps 10 decimals
+    assert table["users_low"].iloc[0] <= table["mean"].iloc[0] <= table["users_high"].iloc[0]
+    assert table["n_users"].iloc[0] == 943 and table["seeds"].iloc[0] == f"{(children['tags.model'] == best).sum()}/" \
+        f"{(children['tags.model'] == other).sum()}"
+    assert table["verdict"].iloc[0] == "not resolved (seed spread unknown)"  # pop runs once: no seed spread
+    assert "paired_differences.md" in {a.path for a in mlflow.MlflowClient().list_artifacts(parent["run_id"])}
+    trained = children[children["tags.model"] == "sasrec"]
+    improving = (trained["metrics.best_epoch"] == trained["metrics.epochs_run"]).sum()
+    assert result.stdout.count("warning: still improving at the last epoch") == improving
+    assert ("still improving at the last epoch (best epoch = last)" in result.stdout) == (improving > 0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import zlib
 
 import numpy as np
@@ -102,25 +103,27 @@ def test_files_are_written_for_the_datasets_with_runs(results):
     folder, paths, _, _ = results
     names = sorted(str(p.relative_to(folder)) for p in paths)
     assert names == sorted(["README.md", *(f"{d}/{f}" for d in (ELECTRONICS, SHORT)
-                                           for f in ("auc.md", "auc.csv", "auc.png", "pareto.png"))])
+                                           for f in ("auc.md", "auc.csv", "auc.png", "paired.png", "pareto.png"))])
     assert all(p.stat().st_size > 0 for p in paths)
 
 
 def test_summary_rows_start_with_the_floor_and_say_missing(results):
-    folder, _, manifest, _ = results
+    folder, _, manifest, lines = results
     text = (folder / "README.md").read_text()
-    summary = text.split("## Test AUC")[1].split("For orientation")[0]
+    summary = text.split("## Main table: test AUC")[1].split("For orientation")[0]
     rows = [line for line in summary.splitlines() if line.startswith("| ") and not line.startswith("| backbone")]
-    assert rows[0].startswith("| pop (floor) |")
+    assert rows[0].startswith("| **baselines** |") and rows[1].startswith("| pop (floor) |")
     sasrec = [e["test_auc"] for e in manifest if e["model"] == "sasrec" and e["lr"] == 1e-3
               and e["dataset"] == ELECTRONICS and e["protocol"] == "headline-v2"]
     cells = cells_of(summary, "sasrec")
     header = cells_of(summary, "backbone")
-    assert cells[header.index(ELECTRONICS)] == f"**{np.mean(sasrec):.4f} ± {np.std(sasrec, ddof=1):.4f} (3)**"
+    low, high = bootstrap_mean_ci(matrix(lines, ELECTRONICS, "sasrec"))
+    assert cells[header.index(ELECTRONICS)] == (f"**{np.mean(sasrec):.4f} ± {np.std(sasrec, ddof=1):.4f} (3)** "
+                                                f"[{low:.4f}, {high:.4f}]")
     assert cells[header.index("movies-fedcsr (short sequences)")] == "missing (tuning 2 of 3 rates)"
     assert cells[header.index("ml-100k")] == "missing"
     assert cells_of(summary, "pop (floor)")[-1] == "— (floor)"
-    assert cells_of(summary, "prism-L0")[header.index(ELECTRONICS)].endswith(" (1 of 3 seeds)")
+    assert " (1 of 3 seeds) [" in cells_of(summary, "prism-L0")[header.index(ELECTRONICS)]
     assert "1 line(s) of other protocols left out" in text and "0.99" not in summary
 
 
@@ -157,14 +160,14 @@ def test_paired_differences_match_stats_and_say_within_noise(results):
     noconv_vs_nogain = paired_difference(matrix(lines, ELECTRONICS, "prism-noconv"),
                                          matrix(lines, ELECTRONICS, "prism-nogain"))
     assert isinstance(noconv_vs_nogain.excludes_zero, bool)
-    short = text.split(f"### {SHORT}")[1].split("## Checks")[0]
+    short = text.split(f"### {SHORT}")[1].split("## Paper as run")[0]
     assert cells_of(short,
                     "prism − sasrec")[1:] == ["missing"] * 4 + ["undetermined (prism, sasrec missing)"]
 
 
 def test_checks_list_the_runs_near_the_floor_on_the_plateau_and_at_the_cap(results):
     folder, _, _, _ = results
-    checks = (folder / "README.md").read_text().split("## Checks")[1].split("## Ablation")[0]
+    checks = (folder / "README.md").read_text().split("## Appendix: checks")[1]
     near = checks.split("**Runs near the floor**")[1].split("**Runs stopped")[0]
     assert "electronics-gerec/prism-L0/s0:" in near
     assert "electronics-gerec/gated_deltanet/s1 (tuning run, lr 0.0003):" in near
@@ -306,3 +309,80 @@ def test_the_sharing_note_counts_runs_by_how_they_shared_the_gpu():
     note = cost.gpu_sharing_note(manifest)
     assert "with 12 or 14 worker processes" in note
     assert "runs: 2 through a CUDA MPS server, 1 in time slices" in note
+
+
+def test_every_figure_is_a_300_dpi_png_with_its_svg_and_says_what_its_whiskers_are(results):
+    from PIL import Image
+
+    folder, paths, _, lines = results
+    figures = [p for p in paths if p.suffix == ".png"]
+    assert {p.name for p in figures} == {"auc.png", "paired.png", "pareto.png"}
+    for path in figures:
+        with Image.open(path) as image:
+            assert image.info["dpi"] == pytest.approx((300, 300), abs=0.1)
+        svg = path.with_suffix(".svg").read_text()
+        assert svg.startswith("<?xml") and "whiskers: " in svg
+    auc = (folder / ELECTRONICS / "auc.svg").read_text()
+    assert "whiskers: 95% bootstrap CI over test users" in auc and "axis zoomed to the data" in auc
+    forest = (folder / ELECTRONICS / "paired.svg").read_text()
+    assert "whiskers: 95% paired bootstrap CI over test users" in forest
+    shown = set(re.findall(r"prism − ([\w+-]+)", forest))
+    assert shown == {"sasrec", "gated_deltanet", "hstu"}  # the trained baselines: no pop, ablation or preset
+    difference = paired_difference(matrix(lines, ELECTRONICS, "prism"), matrix(lines, ELECTRONICS, "sasrec"))
+    assert difference.mean < 0  # the fixture's prism is below sasrec: its point lies left of the zero line
+
+
+def test_the_auc_chart_zooms_to_the_data_and_the_forest_plot_holds_zero(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from prism_rec.tracking import plots
+
+    drawn = {}
+    monkeypatch.setattr(plots, "save_figure", lambda figure, path: drawn.setdefault(path.name, figure) and path)
+    summary = pd.DataFrame({"model": ["a", "b"], "auc_mean": [0.857, 0.880], "auc_std": [0.001, 0.002],
+                            "n_seeds": [3, 3], "auc_ci_low": [0.850, 0.875], "auc_ci_high": [0.862, 0.884]})
+    plots.auc_chart(summary, "toy", tmp_path / "auc.png")
+    low, high = drawn["auc.png"].axes[0].get_xlim()
+    assert 0.84 < low < 0.850 and 0.884 < high < 0.89  # the intervals with a margin: not from 0 or 0.5
+    assert "95% bootstrap CI over test users" in drawn["auc.png"].axes[0].get_title()
+    pop = pd.DataFrame({"model": ["pop (floor)"], "auc_mean": [0.60], "auc_std": [float("nan")], "n_seeds": [1],
+                        "auc_ci_low": [0.59], "auc_ci_high": [0.61]})
+    with_floor = pd.concat([summary, pop])
+    plots.auc_chart(with_floor, "toy", tmp_path / "floor.png", floor="pop (floor)")
+    axes = drawn["floor.png"].axes[0]
+    assert axes.get_xlim()[0] > 0.84 and "pop (floor) 0.6000, off the axis" in axes.get_xlabel()
+    assert [t.get_text() for t in axes.get_yticklabels()] == ["a", "b"]
+    plots.auc_chart(summary.drop(columns=["auc_ci_low", "auc_ci_high"]), "toy", tmp_path / "std.png")
+    assert "± std over seeds" in drawn["std.png"].axes[0].get_title()
+    plots.forest_plot([("x − y", 0.01, 0.004, 0.016, True)], "toy", "whiskers: w", "", tmp_path / "forest.png")
+    low, high = drawn["forest.png"].axes[0].get_xlim()
+    assert low < 0 < 0.016 < high  # the zero line is always inside
+
+
+def test_the_readme_opens_with_findings_then_the_grouped_main_table_and_ends_with_the_checks(results):
+    folder, _, _, lines = results
+    text = (folder / "README.md").read_text()
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[:2] == ["## Findings", "## Main table: test AUC"] and headings[-1] == "## Appendix: checks"
+    found = text.split("## Findings")[1].split("## Main table")[0]
+    numbered = [line for line in found.splitlines() if re.match(r"\d+\. ", line)]
+    assert 1 <= len(numbered) <= 6
+    direct = paired_difference(matrix(lines, ELECTRONICS, "prism"), matrix(lines, ELECTRONICS, "gated_deltanet"))
+    gdn = next(line for line in numbered if "prism" in line and "gated_deltanet" in line)
+    assert ("significantly different on 1 of 1 datasets" in gdn) == direct.significant  # only electronics has both
+    assert "(#main-table-test-auc)" in numbered[0] and any("(#appendix-checks)" in line for line in numbered)
+    leader = numbered[0]  # sasrec has the fixture's best mean on electronics, the one ranked dataset
+    assert leader.startswith("1. **sasrec has the best mean rank, 1.0 over 1 datasets, and the best mean test AUC "
+                             "on 1 of 1**")
+    table = text.split("## Main table: test AUC")[1].split("For orientation")[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()
+            if line.startswith("| ")][1:]  # the header row left out
+    names = [row[0] for row in rows]
+    groups = [i for i, name in enumerate(names) if name.startswith("**")]
+    assert [names[i] for i in groups] == ["**baselines**", "**PRISM and its ablations**", "**the authors' presets**"]
+    baselines = names[groups[0] + 1:groups[1]]
+    assert baselines[:4] == ["pop (floor)", "sasrec", "gated_deltanet", "hstu"]  # pop, then by mean rank
+    assert all(row[-1] == "missing" for row in rows[groups[0] + 5:groups[1]])  # models without runs last
+    prism_family = names[groups[1] + 1:groups[2]]
+    assert prism_family[0] == "prism" and {"prism", "prism-L1", "prism-eq18"} <= set(prism_family)
+    assert all(name.endswith("-authors") for name in names[groups[2] + 1:])

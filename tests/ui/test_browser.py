@@ -1,8 +1,9 @@
 """`make test-ui`: headless Debian chromium opens the links `prism-rec ui` prints, over a tiny bench, and
 the test reads what the browser rendered (its DOM): the ranked runs view shows the child runs with their
-test AUC, best first, in the model-training view; the chart view shows the AUC charts; the newest bench's
-page renders its comparison artifacts. Screenshots go to build/ui/. Not part of `make test`; skipped
-without chromium (tests/tracking/test_mlflow_ui.py checks the tags and links without a browser)."""
+test AUC, best first, in the model-training view; the bench's link shows its runs; the chart view shows the
+AUC charts; the newest bench's page renders its comparison artifacts. Screenshots go to build/ui/. Not part
+of `make test`; skipped without chromium (tests/tracking/test_mlflow_ui.py checks the tags and links without
+a browser)."""
 
 import os
 import re
@@ -51,12 +52,16 @@ def test_the_printed_links_show_the_ranked_runs_and_the_comparison(mlflow_server
     assert len(shown) == len(children), "a child run's test AUC is not in the table"
     assert sorted(shown, key=ranked.index) == [repr(v) for v in sorted(children["metrics.test_auc"], reverse=True)]
 
+    parent = mlflow.search_runs(experiment_names=["ml-100k"], filter_string="tags.prism_rec_role = 'parent'").iloc[0]
+    bench = browse(views[f"bench {parent['tags.mlflow.runName']}"], tmp_path / "profile", "bench.png")
+    for run_name in children["tags.mlflow.runName"]:  # the bench's runs, filtered to it
+        assert run_name in bench
+
     charts = browse(views["charts"], tmp_path / "profile", "charts.png")
     assert "test_auc" in charts and "valid_auc" in charts
 
     comparison = browse(views["newest bench"], tmp_path / "profile", "newest-bench.png")
     assert re.search(r'<img alt="auc.png" src="blob:', comparison), "auc.png is not rendered"
-    parent = mlflow.search_runs(experiment_names=["ml-100k"], filter_string="tags.prism_rec_role = 'parent'").iloc[0]
     for artifact in ("auc.png", "learning_curves.png"):
         assert f">{artifact}<" in comparison  # listed in the artifact tree
         url = f"{mlflow_server}/get-artifact?path={artifact}&run_uuid={parent['run_id']}"

@@ -25,8 +25,8 @@ from ....files import read_jsonl, write_atomically
 from ....markdown import fill
 from ....names import path_name
 from ....paths import RESULTS_DIR, TEMPLATES_DIR
-from ....tracking.bootstrap import N_RESAMPLES
-from ....tracking.plots import auc_bar_chart
+from ....tracking.bootstrap import N_RESAMPLES, SEED_ALPHA
+from ....tracking.plots import auc_chart, forest_plot
 from ....training.metrics import METRIC_NAMES
 from ... import tuning
 from ...throughput.solo import SOLO_NAME, read_solo
@@ -34,7 +34,8 @@ from ..protocol import CASE_RANKS_NAME, DATASETS, MANIFEST_NAME, PROTOCOL, SEEDS
 from .checks import cap_check, case_rank_check, divergence_check, near_floor, plateaus, same_seed_check
 from .comparisons import ablation, authors_table, tuning_table, v1_comparison
 from .cost import cost_tables, gpu_sharing_note, write_pareto
-from .grid import ABLATION_DATASET, COMMAND, SHORT_SEQUENCE, Grid, build_grid
+from .findings import findings
+from .grid import ABLATION_DATASET, BASELINES, COMMAND, FLOOR, SHORT_SEQUENCE, Grid, build_grid, model_group
 from .tables import (
     SOURCES,
     capped,
@@ -81,11 +82,16 @@ def dataset_csv(grid: Grid, dataset: str) -> str:
             row[f"{name}_mean"] = statistics.fmean(values)
             row[f"{name}_std"] = statistics.stdev(values) if len(values) > 1 else math.nan
         rows.append(row)
-    return pd.DataFrame(rows).to_csv(index=False, float_format="%.6f")
+    frame = pd.DataFrame(rows)
+    counts = ["n_seeds", "expected_seeds", "at_cap", "n_parameters"]
+    frame[counts] = frame[counts].astype("Int64")  # counts stay integers beside a row without runs
+    return frame.to_csv(index=False, float_format="%.6f")
 
 
-def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing: dict[str, list[str]]) -> str:
-    """results/README.md: templates/headline_readme.md filled with the grid's tables, checks and figures."""
+def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing: dict[str, list[str]],
+           v3_section: str = "") -> str:
+    """results/README.md: templates/headline_readme.md filled with the grid's findings, tables, figures and (in
+    an appendix) checks; ``v3_section`` (v3_tables.readme_section) goes before the appendix."""
     rates = sorted({float(e["lr"]) for e in grid.entries if registry.trains(e["model"])})
     caps = sorted({(e["epochs"], e["patience"]) for e in grid.entries})
     commands = sorted({e["command"] for e in grid.entries})
@@ -102,7 +108,8 @@ def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing
         "caps": "; ".join(f"{e}, {p}" for e, p in caps) or "no runs", "tuning_seed": tuning.TUNING_SEED,
         "lr_grid": ", ".join(f"{r:g}" for r in tuning.LR_GRID), "seeds": ", ".join(map(str, SEEDS)),
         "rates": ", ".join(f"{r:g}" for r in rates) or "none",
-        "summary_table": summary_table(grid), "paper_table": paper_table(), "paired_note": paired_note(),
+        "findings": findings(grid), "summary_table": summary_table(grid), "paper_table": paper_table(),
+        "paired_note": paired_note(), "v3_section": v3_section,
         "per_dataset": "".join(dataset_section(grid, dataset, pareto_missing) + "\n\n" for dataset in grid.datasets),
         "checks": "\n".join([*near_floor(grid), "", *plateaus(grid), "", *cap_check(grid), "",
                              *divergence_check(grid), "", case_rank_check(grid), "", same_seed]),
@@ -131,15 +138,33 @@ def dataset_section(grid: Grid, dataset: str, pareto_missing: dict[str, list[str
         return f"{heading}\n\nNo table runs yet: all {len(grid.models)} rows missing."
     return "\n".join([heading, "", dataset_table(grid, dataset), "", paired_table(grid, dataset), "",
                       f"{made_by(SOURCES)} Also: [results/{dataset}/auc.md]({dataset}/auc.md) (with Hit@10, NDCG@10), "
+                      f"[paired.png]({dataset}/paired.png) (PRISM − each baseline), "
                       f"[pareto.png]({dataset}/pareto.png)."])
+
+
+def write_forest(grid: Grid, dataset: str, path: Path) -> Path:
+    """The forest plot of ``dataset``: PRISM minus each trained baseline (grid.model_group) with its paired
+    bootstrap interval over test users, filled where the README's verdict calls it significant."""
+    rows = []
+    for model in grid.models:
+        if model_group(model) != BASELINES or not registry.trains(model):
+            continue
+        difference = grid.paired(dataset, "prism", model)
+        if not isinstance(difference, str):  # a missing cell or one without case ranks draws no row
+            rows.append((f"prism − {model}", difference.mean, difference.low, difference.high, difference.significant))
+    return forest_plot(rows, f"{dataset}: PRISM − each baseline ({PROTOCOL})",
+                       "whiskers: 95% paired bootstrap CI over test users",
+                       f"Filled: significant (the interval excludes 0 and Welch p over seeds < {SEED_ALPHA}). "
+                       f"Made by `{COMMAND}`.", path)
 
 
 def write_results(manifest: list[dict], results_dir: Path | None = None, case_ranks: list[dict] | None = None,
                   n_resamples: int = N_RESAMPLES) -> list[Path]:
-    """results/README.md and, for every dataset with table runs, results/<dataset>/auc.md, .csv, .png and
-    pareto.png, from the v2 lines of ``manifest`` and the case-ranks lines (``case_ranks``; by default
-    read from results_dir/headline_v2_case_ranks.jsonl; results_dir defaults to results/). The v1 means come
-    from results_dir/v1/, the solo speeds from results_dir/solo_throughput.csv. Returns the paths written."""
+    """results/README.md and, for every dataset with table runs, results/<dataset>/auc.md, .csv, .png, paired.png
+    (the forest plot) and pareto.png (each figure with its SVG beside), from the v2 lines of ``manifest`` and the
+    case-ranks lines (``case_ranks``; by default read from results_dir/headline_v2_case_ranks.jsonl; results_dir
+    defaults to results/). The v1 means come from results_dir/v1/, the solo speeds from
+    results_dir/solo_throughput.csv. Returns the paths written."""
     results_dir = Path(RESULTS_DIR if results_dir is None else results_dir)
     if case_ranks is None:
         case_ranks = read_jsonl(results_dir / CASE_RANKS_NAME)
@@ -157,13 +182,16 @@ def write_results(manifest: list[dict], results_dir: Path | None = None, case_ra
         write_atomically(folder / "auc.md", dataset_markdown(grid, dataset))
         write_atomically(folder / "auc.csv", dataset_csv(grid, dataset))
         summary = pd.DataFrame({"model": [label(c.model) for c in cells], "auc_mean": [c.mean for c in cells],
-                                "auc_std": [c.std for c in cells], "n_seeds": [len(c.runs) for c in cells]})
-        auc_bar_chart(summary, f"{dataset}: full-ranking test AUC ({PROTOCOL})", folder / "auc.png",
-                      caption=f"Error bars: std over seeds. Made by `{COMMAND}`.")
+                                "auc_std": [c.std for c in cells], "n_seeds": [len(c.runs) for c in cells],
+                                "auc_ci_low": [c.ci[0] if c.ci else math.nan for c in cells],
+                                "auc_ci_high": [c.ci[1] if c.ci else math.nan for c in cells]})
+        auc_chart(summary, f"{dataset}: full-ranking test AUC ({PROTOCOL})", folder / "auc.png",
+                  caption=f"Made by `{COMMAND}`.", floor=label(FLOOR))
+        forest = write_forest(grid, dataset, folder / "paired.png")
         pareto, pareto_missing[dataset] = write_pareto(grid, dataset, solo, folder / "pareto.png")
-        written += [folder / "auc.md", folder / "auc.csv", folder / "auc.png", pareto]
+        written += [folder / "auc.md", folder / "auc.csv", folder / "auc.png", forest, pareto]
     path = results_dir / "README.md"
     from ..v3_tables import readme_section
 
-    write_atomically(path, readme(grid, v1_entries, solo, pareto_missing) + readme_section(results_dir))
+    write_atomically(path, readme(grid, v1_entries, solo, pareto_missing, readme_section(results_dir)))
     return [*written, path]

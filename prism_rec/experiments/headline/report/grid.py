@@ -69,6 +69,20 @@ class Grid:
         return self._paired[key]
 
 
+BASELINES, PRISM_FAMILY, AUTHORS_PRESETS = "baselines", "PRISM and its ablations", "the authors' presets"
+GROUPS = (BASELINES, PRISM_FAMILY, AUTHORS_PRESETS)  # the main table's order
+
+
+def model_group(model: str) -> str:
+    """The group of the headline's tables a model belongs to: the authors' code run as released (``*-authors``),
+    PRISM and its ablation presets (``prism``, ``prism-*``), or a baseline (pop and every other backbone)."""
+    if model.endswith("-authors"):
+        return AUTHORS_PRESETS
+    if model == "prism" or model.startswith("prism-"):
+        return PRISM_FAMILY
+    return BASELINES
+
+
 def model_order(entries: list[dict]) -> list[str]:
     """pop first, then every registered backbone, then any other model with runs."""
     registered = [m for m in registry.list_backbones() if m != FLOOR]

@@ -12,7 +12,7 @@ from ....paths import TEMPLATES_DIR
 from ....tracking.bootstrap import N_RESAMPLES, PairedDifference, verdict
 from ....tracking.cells import Cell, seeds_text
 from ..protocol import CASE_RANKS_NAME, DATASETS, MANIFEST_NAME
-from .grid import COMMAND, FLOOR, SHORT_SEQUENCE, Grid
+from .grid import COMMAND, FLOOR, GROUPS, SHORT_SEQUENCE, Grid, model_group
 
 PAPER_COLUMNS = {"books-dealrec": 0, "movies-long": 1, "electronics-gerec": 2, "yelp-iclrec": 3}
 PAPER_DOMAINS = ("Books", "Movies", "Electronics", "Yelp")
@@ -139,23 +139,39 @@ def mean_ranks(cells: dict, models: list[str]) -> dict[str, tuple[float, int]]:
     return {model: (statistics.fmean(r), len(r)) for model, r in ranks.items()}
 
 
-def summary_table(grid: Grid) -> str:
-    """Test AUC per backbone and dataset (mean ± std (seeds)), best trained mean in bold, mean rank among
-    the trained backbones (pop is the floor, not ranked)."""
+def ranked_models(grid: Grid) -> list[tuple[str, tuple[float, int]]]:
+    """(model, (mean rank, datasets ranked on)) of every trained model with runs, best mean rank first (ties: the
+    report's model order); the ranks are :func:`mean_ranks` among all trained models."""
     trained = [m for m in grid.models if m != FLOOR]
     ranks = mean_ranks({key: cell.aucs for key, cell in grid.cells.items() if cell.runs}, trained)
+    return sorted(((m, ranks[m]) for m in trained if m in ranks), key=lambda item: item[1][0])
+
+
+def summary_table(grid: Grid) -> str:
+    """Test AUC per model and dataset (mean ± std (seeds) and the 95% interval over test users), best trained mean
+    in bold, in the groups of grid.model_group (baselines with pop first; PRISM and its ablations; the authors'
+    presets), each sorted by mean rank among all trained models (pop is the floor, not ranked; models without
+    runs last)."""
+    ranked = dict(ranked_models(grid))
     columns = [f"{d} (short sequences)" if d in SHORT_SEQUENCE else d for d in grid.datasets]
     rows = []
     best = {d: max((c.mean for c in grid.trained(d)), default=None) for d in grid.datasets}
-    for model in grid.models:
-        row = []
-        for dataset in grid.datasets:
-            cell = grid.cell(dataset, model)
-            text = auc_text(cell)
-            row.append(f"**{text}**" if cell.runs and model != FLOOR and cell.mean == best[dataset] else text)
-        rank = ranks.get(model)
-        rank_text = "— (floor)" if model == FLOOR else "missing" if rank is None else f"{rank[0]:.1f} (over {rank[1]})"
-        rows.append([label(model), *row, rank_text])
+    for group in GROUPS:
+        members = [m for m in grid.models if model_group(m) == group]
+        members.sort(key=lambda m: (m != FLOOR, m not in ranked, ranked.get(m, (0.0, 0))[0]))
+        rows.append([f"**{group}**", *([""] * (len(columns) + 1))])
+        for model in members:
+            row = []
+            for dataset in grid.datasets:
+                cell = grid.cell(dataset, model)
+                text = auc_text(cell)
+                if cell.runs and model != FLOOR and cell.mean == best[dataset]:
+                    text = f"**{text}**"
+                row.append(text + (f" [{cell.ci[0]:.4f}, {cell.ci[1]:.4f}]" if cell.runs and cell.ci else ""))
+            rank = ranked.get(model)
+            rank_text = ("— (floor)" if model == FLOOR else "missing" if rank is None
+                         else f"{rank[0]:.1f} (over {rank[1]})")
+            rows.append([label(model), *row, rank_text])
     return pipe_table(["backbone", *columns, "mean rank"], rows, align="l" + "r" * (len(columns) + 1))
 
 
