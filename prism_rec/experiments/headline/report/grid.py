@@ -84,9 +84,11 @@ def model_group(model: str) -> str:
 
 
 def model_order(entries: list[dict]) -> list[str]:
-    """pop first, then every registered backbone, then any other model with runs."""
-    registered = [m for m in registry.list_backbones() if m != FLOOR]
-    others = sorted({e["model"] for e in entries} - set(registered) - {FLOOR})
+    """pop first, then the registered backbones the manifest has runs of (in the registry's order; a backbone
+    registered after a protocol ran is no missing cell of it), then any other model with runs."""
+    with_runs = {e["model"] for e in entries}
+    registered = [m for m in registry.list_backbones() if m != FLOOR and m in with_runs]
+    others = sorted(with_runs - set(registered) - {FLOOR})
     return [FLOOR, *registered, *others]
 
 
