@@ -108,9 +108,9 @@ class TrainConfig:
         params = self.params()
         params.pop("device")
         params.pop("compile")  # how the step runs, like the device: runs keep their hashes and may resume across it
-        defaults = TrainConfig()
+        defaults = TrainConfig().params()
         for name in ("precision", "cutoffs", "exclude_history", "sampled"):  # options added later, at their default
-            if params[name] == getattr(defaults, name):
+            if params[name] == defaults[name]:
                 params.pop(name)
         return params
 
