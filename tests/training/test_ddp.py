@@ -34,7 +34,8 @@ def test_two_gloo_processes_match_one_process(store, tiny, one_torch_thread):
     assert sorted(runs["tags.prism_rec_role"]) == ["child", "parent"]  # rank 1 logged nothing
     child = runs[runs["tags.prism_rec_role"] == "child"].iloc[0]
     assert child["tags.world_size"] == "2"
-    assert sorted(p.name for p in (store / "results" / "ml-100k").iterdir()) == ["auc.csv", "auc.md", "auc.png", "auc.svg"]
+    written = sorted(p.name for p in (store / "results" / "ml-100k").iterdir())
+    assert written == ["auc.csv", "auc.md", "auc.png", "auc.svg"]
 
     single = fit(load_dataset("ml-100k"), "sasrec",
                  TrainConfig(epochs=2, d_model=16, max_len=8, batch_size=256, eval_batch_size=1024, dropout=0.0,
