@@ -58,8 +58,8 @@ class Grid:
         """``first`` − ``second`` on ``dataset``, or why it cannot be computed."""
         key = (dataset, first, second)
         if key not in self._paired:
-            a, b = self.cells[(dataset, first)], self.cells[(dataset, second)]
-            missing = [c.model for c in (a, b) if not c.runs]
+            a, b = (self.cells.get((dataset, model)) or Cell(dataset, model, [], 0) for model in (first, second))
+            missing = [c.model for c in (a, b) if not c.runs]  # a model of no run at all has no cell
             no_ranks = [c.model for c in (a, b) if c.runs and c.per_user is None]
             if missing or no_ranks:
                 self._paired[key] = "; ".join([f"{', '.join(missing)} missing"] * bool(missing)
@@ -84,11 +84,9 @@ def model_group(model: str) -> str:
 
 
 def model_order(entries: list[dict]) -> list[str]:
-    """pop first, then the registered backbones the manifest has runs of (in the registry's order; a backbone
-    registered after a protocol ran is no missing cell of it), then any other model with runs."""
-    with_runs = {e["model"] for e in entries}
-    registered = [m for m in registry.list_backbones() if m != FLOOR and m in with_runs]
-    others = sorted(with_runs - set(registered) - {FLOOR})
+    """pop first, then every registered backbone, then any other model with runs."""
+    registered = [m for m in registry.list_backbones() if m != FLOOR]
+    others = sorted({e["model"] for e in entries} - set(registered) - {FLOOR})
     return [FLOOR, *registered, *others]
 
 
