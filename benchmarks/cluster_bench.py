@@ -9,8 +9,10 @@ The dask side is a scheduler and ``--runs-per-device`` single-threaded worker pr
 1/k of a GPU; the environment's CUDA MPS server, if any, serves them as it serves the pool), stopped by
 their process ids once its driver returns; the local side is ``headline run --workers k`` on the same
 device. Each side starts from an empty manifest under DIR/dask and DIR/local, with ``--budget`` seconds
-(runs in flight at its end are abandoned). The dask side goes first, so that it is the one paying for
-compiling kernels the cache lacks. DIR/cluster_bench.md and DIR/cluster_bench.json get the results:
+(runs in flight at its end are abandoned), and from empty compile caches of its own (TorchInductor's and
+Triton's under DIR/<side>/compile_cache), so that both pay for compiling the same kernels: with one shared
+cache the side that goes second trains on the first side's compiled kernels and looks several times
+faster (``--shared-cache`` measures that way, the dask side first). DIR/cluster_bench.md and DIR/cluster_bench.json get the results:
 runs finished, wall seconds of each driver (and the dask workers' start), runs per GPU-hour (finished
 runs over the driver's wall time on one GPU), and for each run both finished, whether its test and
 validation metrics are identical (CPU runs are bit-identical; CUDA runs are where the kernels are
@@ -45,12 +47,20 @@ def headline_command(args: argparse.Namespace, out: Path, *executor: str) -> lis
     return words
 
 
-def timed(command: list[str], log: Path) -> float:
+def side_environment(args: argparse.Namespace, out: Path) -> dict[str, str]:
+    """The environment of one side's processes: its own empty compile caches unless ``--shared-cache``."""
+    if args.shared_cache:
+        return dict(os.environ)
+    caches = out / "compile_cache"
+    return {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"), "TRITON_CACHE_DIR": str(caches / "triton")}
+
+
+def timed(command: list[str], log: Path, environment: dict[str, str]) -> float:
     """Run ``command`` with its output to ``log``; its wall seconds (a failed run's driver exits 1: its
     log says which, and the results count only finished runs)."""
     started = time.time()
     with log.open("w") as output:
-        subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, check=False)
+        subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, check=False, env=environment)
     return time.time() - started
 
 
@@ -68,7 +78,7 @@ def dask_side(args: argparse.Namespace, out: Path) -> tuple[float, float]:
 
     k, cuda = args.runs_per_device, args.device.startswith("cuda")
     scheduler_file, started = out / "scheduler.json", time.time()
-    environment = {**os.environ, **({"CUDA_VISIBLE_DEVICES": "0"} if cuda else {})}
+    environment = {**side_environment(args, out), **({"CUDA_VISIBLE_DEVICES": "0"} if cuda else {})}
     common = ["--no-dashboard", "--host", "127.0.0.1"]
     processes = []
     client = None
@@ -92,7 +102,8 @@ def dask_side(args: argparse.Namespace, out: Path) -> tuple[float, float]:
         address = client.scheduler.address
         workers_seconds = time.time() - started
         wall = timed(headline_command(args, out, "--executor", "dask", "--scheduler", address,
-                                      *(["--runs-per-gpu", str(k)] if cuda else [])), out / "headline_log.txt")
+                                      *(["--runs-per-gpu", str(k)] if cuda else [])), out / "headline_log.txt",
+                     environment)
         return workers_seconds, wall
     finally:
         if client is not None:
@@ -123,7 +134,9 @@ def results_markdown(results: dict) -> str:
         "# The dask executor beside the local pool", "",
         f"Made by `{results['command']}` at commit {results['git_commit']} on {results['machine']}; "
         f"{results['runs_per_device']} runs at once on the device ({results['device']}), budget "
-        f"{results['budget']:.0f} s per side, dask first.", "",
+        f"{results['budget']:.0f} s per side, dask first, "
+        + ("one compile cache for both (the local side reuses the kernels the dask side compiled)."
+           if results.get("shared_cache") else "each side from empty compile caches of its own."), "",
         "| executor | runs finished | driver wall s | runs per GPU-hour |", "| --- | ---: | ---: | ---: |", *rows, "",
         f"The dask workers took {results['dask_workers_seconds']:.0f} s to start (before its driver's wall time).",
         f"Runs both finished: {check['both']}; with identical test and validation metrics: {check['identical']}; "
@@ -140,6 +153,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs-per-device", type=int, default=12)
     parser.add_argument("--device", default="cuda", help="cuda (the first GPU) or cpu")
     parser.add_argument("--budget", type=float, default=150.0, help="seconds per side")
+    parser.add_argument("--shared-cache", action="store_true",
+                        help="both sides use the environment's compile caches (the second reuses the first's kernels)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="headline run --set")
     args = parser.parse_args(argv)
     sides = {name: args.out / name for name in ("dask", "local")}
@@ -147,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
         folder.mkdir(parents=True, exist_ok=False)
     workers_seconds, dask_wall = dask_side(args, sides["dask"])
     local_wall = timed(headline_command(args, sides["local"], "--workers", str(args.runs_per_device)),
-                       sides["local"] / "headline_log.txt")
+                       sides["local"] / "headline_log.txt", side_environment(args, sides["local"]))
     manifests = {name: read_jsonl(folder / MANIFEST_NAME) for name, folder in sides.items()}
     walls = {"dask": dask_wall, "local": local_wall}
     from prism_rec.tracking.store import git_commit, machine_description
@@ -157,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": " ".join(["python3", "benchmarks/cluster_bench.py", *(argv or sys.argv[1:])]),
         "git_commit": git_commit(), "machine": machine_description(resolve_device(args.device)),
         "device": args.device, "runs_per_device": args.runs_per_device, "budget": args.budget,
-        "dask_workers_seconds": workers_seconds, "comparison": compare(manifests["dask"], manifests["local"]),
+        "shared_cache": args.shared_cache, "dask_workers_seconds": workers_seconds, "comparison": compare(manifests["dask"], manifests["local"]),
         "sides": {name: {"finished": sum("test_auc" in e for e in manifests[name]), "wall_seconds": walls[name],
                          "runs_per_gpu_hour": sum("test_auc" in e for e in manifests[name]) * 3600 / walls[name]}
                   for name in sides}}
