@@ -119,7 +119,7 @@ class TrainingStep:
                                               cache_enabled=False)
         self.captured = CapturedStep(self._static_step, device) if self.static_shapes else None
         self.static_windows: torch.Tensor | None = None  # [batch_size, T + 1], made by the first call
-        self.static_scale = torch.zeros((), device=device)
+        self.static_scale = torch.zeros((), device=device) if self.static_shapes else None
 
     def __call__(self, windows: torch.Tensor, targets: int, scale: float) -> torch.Tensor:
         """One optimizer step on ``windows`` [B, T + 1] (on the device) with ``targets`` trained positions

@@ -165,7 +165,7 @@ def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch
     model = build_model(dataset, backbone, config).to(device)
     trains = any(True for _ in model.parameters())
     if config.compile == "auto":
-        config.compile, reason = auto_compile(backbone, device, world.distributed)
+        config.compile, reason = auto_compile(backbone, device, world.distributed, config.loss)
         if trains and device.type == "cuda" and world.is_main:
             print(f"compile auto: {backbone} trains with compile {config.compile} ({reason})", flush=True)
     if not trains:
