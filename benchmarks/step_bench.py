@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "step-cudagraphs, auto")
     parser.add_argument("--check-compiled", default="prism",
                         help="backbones whose compiled encoder is checked against eager first ('' for none)")
+    parser.add_argument("--check-modes", default="",
+                        help="the modes of --compile that --check-compiled checks ('': all of them)")
     parser.add_argument("--check-only", action="store_true",
                         help="only the checks of --check-compiled in the modes of --compile; exit 1 if one fails")
     parser.add_argument("--books-models", default="sasrec", help="backbones at Books scale ('' for none)")
@@ -259,7 +261,7 @@ def startup_checks(args: argparse.Namespace, device: torch.device, loss_paths: l
     if device.type == "cuda" and "fused" in loss_paths and timing:
         checks += ["Fused loss against the chunked one (stops the run when they differ):", *check_fused(device), ""]
     backbones = trained_backbones(parse_list(args.check_compiled, []))
-    lines, passed = check_compiled(backbones, compile_modes, device)
+    lines, passed = check_compiled(backbones, [m for m in args.check_modes.split(",") if m] or compile_modes, device)
     # on CUDA a failure under CUDA graphs is checked again without them: a failure of the graphs or the compiler
     failed = [b for (b, mode), ok in passed.items() if mode == "cudagraphs" and not ok]
     if device.type == "cuda" and failed and not args.check_only:
