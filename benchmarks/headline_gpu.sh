@@ -72,7 +72,7 @@ if [ "$compile_mode" != off ] && [ "$compile_mode" != auto ]; then
     grep -E '^- |Error' /tmp/compile_check.txt
     # every backbone without a passing line "- BACKBONE, compile MODE: relative gap ..." (pop trains nothing)
     eager_models=$(python3 -c "import re, sys
-passed = set(re.findall(r'^- ([^,]+), compile [a-z]+: relative gap .*\)$', open('/tmp/compile_check.txt').read(), re.M))
+passed = set(re.findall(r'^- ([^,]+), compile [a-z-]+: relative gap .*\)$', open('/tmp/compile_check.txt').read(), re.M))
 print(','.join(m for m in sys.argv[1:] if m not in passed and m != 'pop'))" $models)
     budget=$((budget - (SECONDS - checked_at)))
     echo "compile check: $((SECONDS - checked_at)) s; grid compile mode $compile_mode${eager_models:+, eager: $eager_models}; budget $budget s"

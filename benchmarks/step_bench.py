@@ -4,23 +4,24 @@
                                     [--shapes 256x50,12x4096 --floor] [--datasets all|a,b] [--time-budget SECONDS]
 
 One step = the training step ``fit`` trains with, prism_rec/training/step.py's ``TrainingStep`` (forward,
-backward, AdamW over the trainer's parameter groups; bf16 autocast on CUDA, fp32 on CPU; the full-softmax
-loss on the path named by --loss-path), built by step_timing.bench_step. Step table: random full windows of
+backward, AdamW over the trainer's parameter groups; bf16 autocast on CUDA, fp32 on CPU; the full-softmax loss
+on the path named by --loss-path), built by step_timing.bench_step. Step table: random full windows of
 --batch-size x T for T in --lengths (or the B x T of --shapes) over --items items (d_model 64, 2 layers, 2
-heads), the median wall time of --steps steps after --warmup (synchronised per step) and the peak memory,
-for every loss path and every step mode of --compile (prism_rec/training/compile.py: off = eager, inductor,
-cudagraphs, graphs, auto = the backbone's verified mode); --floor adds the floor (the same step with an
-identity mixer) to the step table and the ratios of every backbone to it and to sasrec (step_floor.py); on
-CUDA every checked backbone's eager step is also run once under torch.cuda.set_sync_debug_mode("error")
-(step_checks.py). Books scale: --books-models at --books-items items, T 200; a torch.profiler breakdown of
-each backbone and step mode at the first shape (wall and device ms per step, kernel launches, top operators
-by device time). Solo throughput (--datasets): per dataset, backbone and --solo-compile mode, real training
-windows (full batches of --batch-size, the dataset's window), tokens/s = the mean real target positions of a
-batch (counted as trainer.py does) over the median of --solo-steps steps after --solo-warmup (fewer, at
-least 2, where they would take more than --cell-seconds; each step synchronised, the slowest kept as
-step_ms_max); from them, the speed-up of the compiled step per dataset (sum of the backbones' eager step
-times over the compiled ones). On CUDA the script first checks the fused loss against the chunked one (loss
-and gradients) and stops if they differ.
+heads), the median wall time of --steps steps after --warmup (synchronised per step) and the peak memory, for
+every loss path and every step mode of --compile (prism_rec/training/compile.py: off = eager, inductor,
+cudagraphs, graphs, step-graphs and step-cudagraphs = the whole step as one CUDA graph, auto = the backbone's
+verified mode; a whole-step mode is checked against the eager step, loss, gradients and parameters); --floor
+adds the floor (the same step with an identity mixer) to the step table and the ratios of every backbone to it
+and to sasrec (step_floor.py); on CUDA every checked backbone's eager step is also run once under
+torch.cuda.set_sync_debug_mode("error") (step_checks.py). Books scale: --books-models at --books-items items,
+T 200; a torch.profiler breakdown of each backbone and step mode at the first shape (wall and device ms per
+step, kernel launches, top operators by device time). Solo throughput (--datasets): per dataset, backbone and
+--solo-compile mode, real training windows (full batches of --batch-size, the dataset's window), tokens/s =
+the mean real target positions of a batch (counted as trainer.py does) over the median of --solo-steps steps
+after --solo-warmup (fewer, at least 2, where they would take more than --cell-seconds; each step
+synchronised, the slowest kept as step_ms_max); from them, the speed-up of the compiled step per dataset (sum
+of the backbones' eager step times over the compiled ones). On CUDA the script first checks the fused loss
+against the chunked one (loss and gradients) and stops if they differ.
 
 results/step.md (the floor, the ratios, the verified compile modes) is made on the GPU by
 
@@ -31,7 +32,8 @@ results/step.md (the floor, the ratios, the verified compile modes) is made on t
 
 (or its shapes split over two GPUs and merged, below).
 
-Every cell is caught on its own (its status says why it failed) and the files are rewritten after every
+A backbone's mode that failed its check against eager (--check-compiled) is not timed (its cells say
+refused). Every cell is caught on its own (its status says why it failed) and the files are rewritten after every
 cell, so a run cut short keeps what it measured (the modes of --compile in turn, each at every shape); once
 --time-budget seconds have passed, the cells not started are recorded as skipped. Writes <out>/step.md,
 step.csv and step.json (everything, for --merge), and with --datasets <out>/solo_throughput.csv (the rows of
@@ -82,13 +84,14 @@ TOP_OPERATORS = 8
 
 
 def step_cell(section: str, backbone: str, n_items: int, batch_size: int, length: int, loss_path: str,
-              compile_mode: str, args, device, budget: Budget) -> dict:
-    """One cell of the step table: the median ms and peak memory of ``backbone``'s step in ``compile_mode``."""
+              compile_mode: str, args, device, budget: Budget, refused: bool = False) -> dict:
+    """One cell of the step table: the median ms and peak memory of ``backbone``'s step in ``compile_mode``
+    (not measured when ``refused``: the mode failed its check against eager for the backbone)."""
     row = {"section": section, "model": backbone, "seq_len": length, "n_items": n_items, "batch_size": batch_size,
            "loss_path": loss_path, "compile": compile_mode, "dtype": dtype_label(device), "step_ms": "",
            "peak_memory_gib": "", "target_tokens": batch_size * length, "status": "ok", "warmup_s": ""}
-    if budget.spent():
-        row["status"] = "skipped: time budget"
+    if refused or budget.spent():
+        row["status"] = "refused: failed its check against eager" if refused else "skipped: time budget"
         return row
     step = None
     try:
@@ -167,9 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="fewer timed steps (at least 2) when a cell would take longer than this")
     parser.add_argument("--loss-path", default="fused,chunked", help="fused, chunked or both (comma-separated)")
     parser.add_argument("--compile", default="off",
-                        help="step modes, comma-separated: off, inductor, cudagraphs, graphs, auto")
+                        help="step modes, comma-separated: off, inductor, cudagraphs, graphs, step-graphs, "
+                             "step-cudagraphs, auto")
     parser.add_argument("--check-compiled", default="prism",
                         help="backbones whose compiled encoder is checked against eager first ('' for none)")
+    parser.add_argument("--check-modes", default="",
+                        help="the modes of --compile that --check-compiled checks ('': all of them)")
     parser.add_argument("--check-only", action="store_true",
                         help="only the checks of --check-compiled in the modes of --compile; exit 1 if one fails")
     parser.add_argument("--books-models", default="sasrec", help="backbones at Books scale ('' for none)")
@@ -255,7 +261,7 @@ def startup_checks(args: argparse.Namespace, device: torch.device, loss_paths: l
     if device.type == "cuda" and "fused" in loss_paths and timing:
         checks += ["Fused loss against the chunked one (stops the run when they differ):", *check_fused(device), ""]
     backbones = trained_backbones(parse_list(args.check_compiled, []))
-    lines, passed = check_compiled(backbones, compile_modes, device)
+    lines, passed = check_compiled(backbones, [m for m in args.check_modes.split(",") if m] or compile_modes, device)
     # on CUDA a failure under CUDA graphs is checked again without them: a failure of the graphs or the compiler
     failed = [b for (b, mode), ok in passed.items() if mode == "cudagraphs" and not ok]
     if device.type == "cuda" and failed and not args.check_only:
@@ -276,6 +282,7 @@ def measure_step_cells(report: Report, args: argparse.Namespace, models: list[st
     per backbone, and a mode that resolves to one measured already is not measured again."""
     table_models = [FLOOR, *models] if args.floor else models
     done = set()
+    failed = {(backbone, mode) for backbone, mode, ok in report.verified if not ok}
 
     def measure(section: str, backbones: list[str], items: int, cells_shapes: list[tuple[int, int]],
                 mode: str) -> None:
@@ -286,7 +293,7 @@ def measure_step_cells(report: Report, args: argparse.Namespace, models: list[st
                     if (section, backbone, batch, length, path, resolved) not in done:
                         done.add((section, backbone, batch, length, path, resolved))
                         report.rows.append(step_cell(section, backbone, items, batch, length, path, resolved, args,
-                                                     device, budget))
+                                                     device, budget, (backbone, resolved) in failed))
                         report.write()
 
     for mode in compile_modes:

@@ -3,16 +3,21 @@ chunked one, the compiled encoders against eager, and the training step free of 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 from step_timing import bench_step, failure, random_windows, reset_memory, warm_up
 
 from prism_rec.models.recommender import SequentialRecommender
-from prism_rec.training.compile import gaps_to_eager, resolve_compile
+from prism_rec.training.compile import WHOLE_STEP_MODES, gaps_to_eager, resolve_compile
+from prism_rec.training.config import TrainConfig
 from prism_rec.training.losses import full_softmax_loss_sum
-from prism_rec.training.trainer import set_seed
+from prism_rec.training.step import TrainingStep, step_gaps
+from prism_rec.training.trainer import build_model, set_seed
 
-# largest relative gap of the compiled encoder's output or gradients to eager (fp32, TF32 off) that passes:
-# results/step_compile.md measured 2e-5 and below; an error in a compiled graph shows as order 1
+# largest relative gap of the compiled encoder's output or gradients (a captured whole step: its loss,
+# gradients and parameters) to eager (fp32, TF32 off) that passes: results/step_compile.md measured 2e-5 and
+# below; an error in a compiled graph shows as order 1
 COMPILED_GAP_LIMIT = 1e-3
 
 
@@ -48,11 +53,40 @@ def check_fused(device: torch.device) -> list[str]:
     return lines
 
 
+def left_padded(rows: int, length: int, generator: torch.Generator) -> torch.Tensor:
+    """``rows`` windows of ``length`` items over 2000 items, row r with its first 8 r positions padding."""
+    items = torch.randint(1, 2001, (rows, length), generator=generator)
+    items[torch.arange(length)[None, :] < 8 * torch.arange(rows)[:, None]] = 0
+    return items
+
+
+def encoder_gaps(backbone: str, mode: str, device: torch.device) -> dict:
+    """The compiled encoder against eager: 6 left-padded windows of 50 items, compiled for 8 rows."""
+    set_seed(0)
+    model = SequentialRecommender(2000, backbone, d_model=64, max_len=50, dropout=0.0).to(device)
+    return gaps_to_eager(model, mode, left_padded(6, 50, torch.Generator().manual_seed(0)).to(device))
+
+
+def whole_step_gaps(backbone: str, mode: str, device: torch.device) -> dict:
+    """The whole step captured under ``mode`` against the eager step (step.py's ``step_gaps``): batches of 8
+    left-padded windows of 50 items, 6 steps (warm-up, capture, replays), the last batch of 5 windows."""
+    steps = []
+    for step_mode in ("off", mode):
+        config = TrainConfig(d_model=64, max_len=50, batch_size=8, dropout=0.0, precision="fp32", device=str(device),
+                             progress=False, compile=step_mode)
+        set_seed(0)
+        model = build_model(SimpleNamespace(n_items=2000), backbone, config).to(device)
+        steps.append(TrainingStep(model, config, device, backbone))
+    generator = torch.Generator().manual_seed(0)
+    batches = [left_padded(rows, 51, generator) for rows in (8, 8, 8, 8, 8, 5)]
+    return step_gaps(*steps, batches)
+
+
 def check_compiled(backbones: list[str], modes: list[str], device: torch.device) -> tuple[list[str], dict]:
-    """The compiled encoder of each backbone in each of ``modes`` ("auto" resolved per backbone; eager
-    skipped) against eager on this device (fp32, TF32 off, dropout 0, 6 left-padded windows of 50 items
-    padded to 8 rows): report lines, a failure included, and per (backbone, mode) whether the check ran and
-    stayed within ``COMPILED_GAP_LIMIT``."""
+    """The compiled encoder (a whole-step mode: the whole step) of each backbone in each of ``modes`` ("auto"
+    resolved per backbone; eager skipped) against eager on this device (fp32, TF32 off, dropout 0;
+    ``encoder_gaps``, ``whole_step_gaps``): report lines, a failure included, and per (backbone, mode)
+    whether the check ran and stayed within ``COMPILED_GAP_LIMIT``."""
     lines, passed = [], {}
     saved = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -62,14 +96,13 @@ def check_compiled(backbones: list[str], modes: list[str], device: torch.device)
                 if mode == "off":
                     continue
                 try:
-                    set_seed(0)
-                    model = SequentialRecommender(2000, backbone, d_model=64, max_len=50, dropout=0.0).to(device)
-                    items = torch.randint(1, 2001, (6, 50), generator=torch.Generator().manual_seed(0))
-                    items[torch.arange(50)[None, :] < 8 * torch.arange(6)[:, None]] = 0  # row r: 8 r padded
-                    gaps = gaps_to_eager(model, mode, items.to(device))
-                    within = all(gaps[part] <= COMPILED_GAP_LIMIT for part in ("output", "gradients"))  # NaN: False
-                    text = (f"relative gap of the output {gaps['output']:.1e}, of the gradients "
-                            f"{gaps['gradients']:.1e} (worst: {gaps['worst']})"
+                    whole = mode in WHOLE_STEP_MODES
+                    gaps = (whole_step_gaps if whole else encoder_gaps)(backbone, mode, device)
+                    parts = ("loss", "gradients", "parameters") if whole else ("output", "gradients")
+                    within = all(gaps[part] <= COMPILED_GAP_LIMIT for part in parts)  # NaN: False
+                    text = ("relative gap of the " + ", of the ".join(f"{part} {gaps[part]:.1e}" for part in parts)
+                            + f" (worst: {gaps['worst']}"
+                            + (f"; parameter: {gaps['worst_parameter']})" if whole else ")")
                             + ("" if within else f": over {COMPILED_GAP_LIMIT:g}, FAILED"))
                 except Exception as error:
                     text, within = failure(error), False

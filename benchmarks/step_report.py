@@ -20,7 +20,7 @@ STEP_COLUMNS = ("section", "model", "seq_len", "n_items", "batch_size", "loss_pa
 
 def csv_text(rows: list[dict], columns) -> str:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
     return buffer.getvalue()
@@ -80,9 +80,11 @@ def step_markdown(report: Report) -> str:
         for dataset, model in dict.fromkeys((r["dataset"], r["model"]) for r in solo_rows):
             cells = [solo.get((dataset, model, m)) for m in modes]
             table.append([dataset, model, *("failed or skipped" if c is None else
-                                            f"{float(c['tokens_per_s']):,.0f} ({float(c['step_ms']):.1f})"
-                                            for c in cells)])
-        lines += ["## Solo training throughput on real windows: tokens/s (ms per step)", "",
+                                            f"{float(c['tokens_per_s']):,.0f} ({float(c['step_ms']):.1f}; "
+                                            f"{c.get('epoch_gpu_s', '-')} s)" for c in cells)])
+        lines += ["## Solo training throughput on real windows: tokens/s (ms per step; GPU seconds per epoch)", "",
+                  "GPU seconds per epoch: the median step times the epoch's batches (its last, short one "
+                  "included), alone on the GPU.", "",
                   pipe_table(["dataset", "backbone", *(f"compile {m}" for m in modes)], table,
                              align="ll" + "r" * len(modes)),
                   "", *grid_speedup_lines(solo_rows), ""]

@@ -21,7 +21,8 @@ def solo_cell(dataset, windows: torch.Tensor, backbone: str, compile_mode: str, 
               budget) -> dict | None:
     """Training tokens/s of ``backbone`` on real windows of ``dataset`` alone on the device: the mean real
     targets of a timed batch over the median step (each step synchronised), so one slow step (a kernel
-    tuned or compiled again) does not move it; the slowest step is kept as ``step_ms_max``."""
+    tuned or compiled again) does not move it; the slowest step is kept as ``step_ms_max``, and the median
+    step times the batches of an epoch as ``epoch_gpu_s`` (GPU seconds per epoch, step.md only)."""
     if budget.spent():
         print(f"solo {dataset.name} {backbone} compile={compile_mode}: skipped (time budget)", flush=True)
         return None
@@ -29,6 +30,7 @@ def solo_cell(dataset, windows: torch.Tensor, backbone: str, compile_mode: str, 
     order = torch.randperm(len(windows), generator=torch.Generator().manual_seed(0))
     # full batches only: an epoch's last, smaller batch is one more shape to tune and compile kernels for
     batches = [windows[index] for index in order.split(args.batch_size)]
+    epoch_batches = len(batches)
     batches = [batch for batch in batches if len(batch) == args.batch_size] or batches
     step = None
     try:
@@ -48,7 +50,8 @@ def solo_cell(dataset, windows: torch.Tensor, backbone: str, compile_mode: str, 
     row = {"dataset": dataset.name, "model": backbone, "tokens_per_s": f"{targets / step_ms * 1000:.0f}",
            "step_ms": f"{step_ms:.3f}", "step_ms_max": f"{max(times):.3f}", "batch_size": args.batch_size,
            "max_len": max_len, "n_items": dataset.n_items, "dtype": dtype_label(device),
-           "machine": machine_description(device), "command": command, "compile": compile_mode}
+           "machine": machine_description(device), "command": command, "compile": compile_mode,
+           "epoch_gpu_s": f"{step_ms * epoch_batches / 1000:.2f}"}
     print(f"solo {dataset.name} {backbone} compile={compile_mode}: {row['tokens_per_s']} tokens/s, "
           f"{row['step_ms']} ms/step", flush=True)
     return row

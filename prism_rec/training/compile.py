@@ -12,11 +12,20 @@ Python, not by the GPU, so the gain is in fewer, fused launches. Modes (``TrainC
   ``"inductor"``;
 - ``"graphs"``: the eager kernels, unfused, replayed as CUDA graphs (torch.compile's "cudagraphs" backend:
   seconds to compile where TorchInductor takes tens); on CPU it is ``"off"``;
+- ``"step-graphs"``: the whole step (forward with the eager kernels, fused loss, backward, AdamW) captured
+  as one CUDA graph (``CapturedStep``); on CPU it is ``"off"``;
+- ``"step-cudagraphs"``: the same with the encoder compiled by TorchInductor inside the graph; on CPU it
+  is ``"inductor"``;
 - ``"auto"`` (the default): on CUDA in a single process, the backbone's fastest mode that passed the check
   against eager (``VERIFIED_MODES``); eager for a backbone not in it, in a data-parallel world and on CPU.
 
-The loss (the fused full-softmax kernels over the real positions, whose number changes per batch) and the
-optimizer stay eager; with a compiled encoder AdamW runs fused on CUDA (``optimizer_options``). The encoder is
+In the encoder modes the loss (the fused full-softmax kernels over the real positions, whose number changes
+per batch) and the optimizer stay eager; with a compiled encoder AdamW runs fused on CUDA
+(``optimizer_options``). The whole-step modes (``WHOLE_STEP_MODES``) take static shapes instead: every
+position of a batch [batch_size, T + 1] enters the loss, weighted 0 where it trains nothing, a short batch
+is padded with empty windows, and AdamW runs fused and capturable (prism_rec/training/step.py); they train
+the full-softmax loss in one process only (the sampled loss draws from a generator of its own, which the
+graph does not replay; DistributedDataParallel's all-reduce is not captured). The encoder is
 compiled for one shape [batch_size, T]: a smaller batch (an epoch's last) is padded with empty windows,
 which the backbones leave at zero and which hold no target, so no shape recompiles once warm.
 The compiled encoder is used for training only; evaluation calls the eager ``model.encode``.
@@ -31,7 +40,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-COMPILE_MODES = ("off", "auto", "inductor", "cudagraphs", "graphs")
+COMPILE_MODES = ("off", "auto", "inductor", "cudagraphs", "graphs", "step-graphs", "step-cudagraphs")
+# the modes that capture the whole step, and the mode of the encoder inside it
+WHOLE_STEP_MODES = {"step-graphs": "off", "step-cudagraphs": "inductor"}
 
 # Per backbone, the fastest compiled mode whose encoder passed the check against eager on the H200
 # (compiled_gaps within benchmarks/step_bench.py's COMPILED_GAP_LIMIT, fp32, TF32 off). "graphs": every
@@ -48,8 +59,13 @@ VERIFIED_MODES = {
 }
 
 
-def auto_compile(backbone: str | None, device: torch.device, distributed: bool = False) -> tuple[str, str]:
-    """The mode ``"auto"`` trains ``backbone`` in on ``device``, and why (for the log line)."""
+# a whole-step mode's counterpart that compiles the encoder alone (for the sampled loss under "auto")
+ENCODER_ONLY = {"step-graphs": "graphs", "step-cudagraphs": "cudagraphs"}
+
+
+def auto_compile(backbone: str | None, device: torch.device, distributed: bool = False,
+                 loss: str = "full") -> tuple[str, str]:
+    """The mode ``"auto"`` trains ``backbone`` in on ``device`` with ``loss``, and why (for the log line)."""
     if device.type != "cuda":
         return "off", f"eager on {device.type}"
     if distributed:
@@ -57,24 +73,35 @@ def auto_compile(backbone: str | None, device: torch.device, distributed: bool =
     if backbone not in VERIFIED_MODES:
         return "off", (f"eager: no compiled mode of {backbone} is verified against eager "
                        "(VERIFIED_MODES, prism_rec/training/compile.py)")
-    return VERIFIED_MODES[backbone], "its fastest mode verified against eager (VERIFIED_MODES, compile.py)"
+    mode = VERIFIED_MODES[backbone]
+    if mode in WHOLE_STEP_MODES and loss != "full":
+        return ENCODER_ONLY[mode], (f"{ENCODER_ONLY[mode]}, the encoder alone: its verified {mode} captures "
+                                    f"the full-softmax loss only (VERIFIED_MODES, compile.py)")
+    return mode, "its fastest mode verified against eager (VERIFIED_MODES, compile.py)"
 
 
-def resolve_compile(mode: str, device: torch.device, distributed: bool = False, backbone: str | None = None) -> str:
-    """``mode`` made concrete for ``device`` (and for "auto", ``backbone``): "off", "inductor", "cudagraphs"
-    or "graphs"."""
+def resolve_compile(mode: str, device: torch.device, distributed: bool = False, backbone: str | None = None,
+                    loss: str = "full") -> str:
+    """``mode`` made concrete for ``device`` (and for "auto", ``backbone`` and ``loss``): "off", "inductor",
+    "cudagraphs", "graphs", "step-graphs" or "step-cudagraphs"."""
     if mode not in COMPILE_MODES:
         raise ValueError(f"option --compile: {mode!r} is not one of {COMPILE_MODES}")
     if mode == "auto":
-        return auto_compile(backbone, device, distributed)[0]
+        return auto_compile(backbone, device, distributed, loss)[0]
     if device.type != "cuda":
-        return {"cudagraphs": "inductor", "graphs": "off"}.get(mode, mode)
+        return {"cudagraphs": "inductor", "graphs": "off", **WHOLE_STEP_MODES}.get(mode, mode)
+    if mode in WHOLE_STEP_MODES and (distributed or loss != "full"):
+        raise ValueError(f"option --compile: {mode} captures the whole step, which trains the full-softmax loss "
+                         f"in one process only; use {ENCODER_ONLY[mode]} (the encoder alone) here")
     return mode
 
 
 def optimizer_options(mode: str, device: torch.device) -> dict:
-    """Keyword arguments of AdamW for a step compiled with ``mode`` (resolved): fused on CUDA."""
-    return {"fused": True} if mode != "off" and device.type == "cuda" else {}
+    """Keyword arguments of AdamW for a step compiled with ``mode`` (resolved): fused on CUDA, and capturable
+    (its step count on the device) when the whole step is one CUDA graph."""
+    if mode == "off" or device.type != "cuda":
+        return {}
+    return {"fused": True, "capturable": True} if mode in WHOLE_STEP_MODES else {"fused": True}
 
 
 class CompiledFunction:
@@ -103,6 +130,40 @@ class CompiledFunction:
         return self.function(*inputs)
 
 
+class CapturedStep:
+    """``function()``, a training step whose inputs and outputs are tensors that stay in place, as one CUDA
+    graph: its first ``warmup`` calls run eagerly on a side stream (they compile and load kernels and create
+    the optimizer's state, and they are steps like the others), the next is captured and replayed, and the
+    later ones replay the graph. Returns ``function``'s output, the same tensor at every replay. Off CUDA
+    each call runs ``function`` eagerly: the same step without the graph."""
+
+    def __init__(self, function, device: torch.device, warmup: int = 3):
+        self.function, self.capture, self.warmup = function, device.type == "cuda", warmup
+        self.calls, self.graph, self.output = 0, None, None
+
+    def __call__(self):
+        if self.graph is not None:
+            self.graph.replay()
+            return self.output
+        if not self.capture:
+            return self.function()
+        self.calls += 1
+        if self.calls <= self.warmup:
+            side, main = torch.cuda.Stream(), torch.cuda.current_stream()
+            side.wait_stream(main)
+            with torch.cuda.stream(side):
+                output = self.function()
+            main.wait_stream(side)
+            output.record_stream(main)
+            return output
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.output = self.function()
+        graph.replay()
+        self.graph = graph
+        return self.output
+
+
 class CompiledEncoder:
     """``model.encode`` compiled for items [batch_size, T]; called like it, on batches of at most batch_size
     (``CompiledFunction``, whose ``backend`` this passes on)."""
@@ -120,7 +181,9 @@ class CompiledEncoder:
 
 
 def training_encoder(model: torch.nn.Module, batch_size: int, mode: str):
-    """What the training objective encodes with under ``mode`` (resolved): ``model.encode`` or its compiled form."""
+    """What the training objective encodes with under ``mode`` (resolved): ``model.encode`` or its compiled form
+    (in a whole-step mode, that of the encoder inside the graph)."""
+    mode = WHOLE_STEP_MODES.get(mode, mode)
     return model.encode if mode == "off" else CompiledEncoder(model, batch_size, mode)
 
 

@@ -106,24 +106,27 @@ def resolve_path(path: str, device: torch.device, width: int | None = None) -> s
 
 
 def full_softmax_loss_sum(hidden: torch.Tensor, table: torch.Tensor, targets: torch.Tensor,
-                          path: str = "auto") -> torch.Tensor:
+                          path: str = "auto", weights: torch.Tensor | None = None) -> torch.Tensor:
     """Sum over rows of the full-softmax cross-entropy of ``hidden [N, d]`` against ``table [I, d]``.
 
     ``targets [N]`` are 0-based rows of ``table``. Returns an fp32 scalar; differentiable in ``hidden``
     and ``table``. ``path``: "auto" (fused on CUDA up to d = ``MAX_FUSED_D``, chunked otherwise), "fused" or
-    "chunked".
+    "chunked". ``weights [N]`` (fp32) weigh the rows' losses (a row of weight 0 adds nothing, to the loss or
+    to the gradients: a step of static shape masks the positions it does not train this way).
     """
     if hidden.dim() != 2 or table.dim() != 2 or hidden.shape[1] != table.shape[1]:
         raise ValueError(f"hidden [N, d] and table [I, d] must share d, got {tuple(hidden.shape)} and "
                          f"{tuple(table.shape)}")
     if targets.shape != hidden.shape[:1]:
         raise ValueError(f"targets must have shape [N] = {tuple(hidden.shape[:1])}, got {tuple(targets.shape)}")
+    if weights is not None and weights.shape != hidden.shape[:1]:
+        raise ValueError(f"weights must have shape [N] = {tuple(hidden.shape[:1])}, got {tuple(weights.shape)}")
     positive = (hidden * table[targets]).sum(-1).float()  # [N]
     if resolve_path(path, hidden.device, hidden.shape[1]) == "fused":
         lse = fused_logsumexp(hidden, table)
     else:
         lse = chunked_logsumexp(hidden, table)
-    return (lse - positive).sum()
+    return (lse - positive).sum() if weights is None else ((lse - positive) * weights).sum()
 
 
 def _logsumexp_rows(hidden: torch.Tensor, table: torch.Tensor) -> torch.Tensor:

@@ -37,6 +37,9 @@ from .distributed import SINGLE_PROCESS, World
 from .evaluation import evaluate
 from .step import TrainingStep, to_device, trained_positions
 
+# batches between two readings of the epoch's mean loss for the progress bar (each waits for the GPU)
+PROGRESS_INTERVAL = 50
+
 
 def build_model(dataset: ProcessedDataset, backbone: str,
                 config: TrainConfig) -> SequentialRecommender | PopularityRecommender:
@@ -162,7 +165,7 @@ def _fit(dataset: ProcessedDataset, backbone: str, config: TrainConfig, on_epoch
     model = build_model(dataset, backbone, config).to(device)
     trains = any(True for _ in model.parameters())
     if config.compile == "auto":
-        config.compile, reason = auto_compile(backbone, device, world.distributed)
+        config.compile, reason = auto_compile(backbone, device, world.distributed, config.loss)
         if trains and device.type == "cuda" and world.is_main:
             print(f"compile auto: {backbone} trains with compile {config.compile} ({reason})", flush=True)
     if not trains:
@@ -200,7 +203,7 @@ class Training:
         self.identity = run_identity(backbone, config, dataset, world.size)
         if resume:
             self.progress, self.epoch_loss_sum = _restore(checkpoint_path, self.identity, world, model,
-                                                          self.optimizer, self.generators)
+                                                          self.step, self.generators)
         self.autocast = self.step.autocast
         self.wall_start = time.perf_counter() - self.progress.wall_seconds
 
@@ -226,11 +229,13 @@ class Training:
                 self.epoch_loss_sum = float(loss_accumulator)
                 self.save_checkpoint()
                 raise KeyboardInterrupt(f"training stopped at epoch {progress.epoch + 1}, batch {batch_index}")
-            loss_sum, own_targets, weight = self._step(batches[batch_index])
+            loss_sum, weight = self._step(batches[batch_index])
             loss_accumulator += loss_sum.detach().double() * weight
             shown.update()
-            if not shown.disable:
-                shown.set_postfix(loss=f"{float(loss_sum.detach()) / max(own_targets, 1):.4f}")
+            if not shown.disable and (batch_index + 1) % PROGRESS_INTERVAL == 0:  # reading the loss waits
+                # the epoch's mean so far (data-parallel: this rank's sum scaled by the world size, about it)
+                mean = float(loss_accumulator) * world.size / max(progress.epoch_loss_count, 1)
+                shown.set_postfix(loss=f"{mean:.4f}")
             stop.count_batch()
         shown.close()
         self.epoch_loss_sum = float(loss_accumulator)
@@ -239,9 +244,9 @@ class Training:
         progress.train_seconds += time.perf_counter() - epoch_start
         progress.trained_tokens += progress.epoch_loss_count
 
-    def _step(self, index: torch.Tensor) -> tuple[torch.Tensor, int, float]:
+    def _step(self, index: torch.Tensor) -> tuple[torch.Tensor, float]:
         """One optimizer step on the global batch ``index`` [b] of windows, this rank's share of it;
-        returns this rank's loss sum, its number of targets and the weight its loss counts with."""
+        returns this rank's loss sum and the weight its loss counts with."""
         own, weight = self.world.share(index), 1.0
         if not len(own):  # fewer windows than processes: train on one with weight 0 to keep in step
             own, weight = index[:1], 0.0
@@ -251,7 +256,7 @@ class Training:
         loss_sum = self.step(to_device(self.windows[own], self.device), own_targets,
                              weight * self.world.size / batch_targets)
         self.progress.epoch_loss_count += batch_targets
-        return loss_sum, own_targets, weight
+        return loss_sum, weight
 
     def validate(self) -> dict | None:
         """Validate the epoch just trained: its metrics (train_loss, valid_*), recorded in the history, the
@@ -329,14 +334,14 @@ def _evaluate_untrained(model: nn.Module, dataset: ProcessedDataset, backbone: s
 
 
 def _restore(path: Path | None, identity: dict, world: World, model: SequentialRecommender,
-             optimizer: torch.optim.Optimizer, generators: dict[str, torch.Generator]) -> tuple[Progress, float]:
-    """Load ``path`` (checked to be of the run ``identity``) into the model, optimizer and generators; returns
-    the saved loop state and this rank's loss sum of the interrupted epoch."""
+             step: TrainingStep, generators: dict[str, torch.Generator]) -> tuple[Progress, float]:
+    """Load ``path`` (checked to be of the run ``identity``) into the model, the step's optimizer and the
+    generators; returns the saved loop state and this rank's loss sum of the interrupted epoch."""
     if path is None:
         raise ValueError("option --resume: no checkpoint file given")
     state = read_checkpoint(path, identity)
     model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+    step.load_optimizer_state(state["optimizer"])
     own = state["per_rank"][world.rank]
     restore_rng(own["rng"], generators)
     # keys added to the loop state since a checkpoint was written (diverged_epoch) start fresh

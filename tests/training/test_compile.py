@@ -3,7 +3,8 @@
 The compiled encoders (the delta scan's custom op is tested in tests/kernels/test_compiled_scan.py) are traced by
 torch.compile with the "aot_eager" backend (the graphs torch.compile builds, forward and backward, run
 eagerly: seconds, no C++ compiler); one slow test compiles with TorchInductor's C++ backend. CUDA graphs
-need a GPU and are exercised by benchmarks/step_bench.py on the device.
+need a GPU and are exercised by benchmarks/step_bench.py on the device (the whole step captured: checked
+against the eager step there; its static-shape logic is tested on CPU in tests/training/test_step.py).
 """
 
 import math
@@ -15,6 +16,7 @@ from prism_rec.models.recommender import SequentialRecommender
 from prism_rec.registry import list_backbones
 from prism_rec.training.compile import (
     VERIFIED_MODES,
+    CapturedStep,
     CompiledEncoder,
     auto_compile,
     compiled_gaps,
@@ -39,9 +41,35 @@ def test_resolve_compile():
     assert optimizer_options("off", cuda) == {} and optimizer_options("inductor", cpu) == {}
 
 
+def test_whole_step_modes_resolve_and_refuse_what_they_cannot_capture():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_compile("step-graphs", cpu) == "off" and resolve_compile("step-cudagraphs", cpu) == "inductor"
+    assert resolve_compile("step-graphs", cuda) == "step-graphs"
+    for distributed, loss in ((True, "full"), (False, "sampled")):
+        with pytest.raises(ValueError, match="--compile: step-cudagraphs captures the whole step.*use cudagraphs"):
+            resolve_compile("step-cudagraphs", cuda, distributed, loss=loss)
+    assert optimizer_options("step-graphs", cuda) == {"fused": True, "capturable": True}
+    assert optimizer_options("step-graphs", cpu) == {}
+
+
+def test_auto_trains_the_sampled_loss_with_the_encoder_alone_where_the_whole_step_is_verified(monkeypatch):
+    cuda = torch.device("cuda")
+    monkeypatch.setitem(VERIFIED_MODES, "sasrec", "step-cudagraphs")
+    assert auto_compile("sasrec", cuda)[0] == "step-cudagraphs"
+    mode, reason = auto_compile("sasrec", cuda, loss="sampled")
+    assert mode == "cudagraphs" and "full-softmax loss only" in reason
+    assert resolve_compile("auto", cuda, backbone="sasrec", loss="sampled") == "cudagraphs"
+
+
+def test_captured_step_runs_its_function_at_every_call_off_cuda():
+    calls = []
+    step = CapturedStep(lambda: calls.append(1) or torch.tensor(float(len(calls))), torch.device("cpu"))
+    assert [float(step()) for _ in range(5)] == [1, 2, 3, 4, 5] and step.graph is None
+
+
 def test_auto_is_the_verified_mode_of_the_backbone_and_says_why_it_falls_back():
     cuda = torch.device("cuda")
-    assert set(VERIFIED_MODES.values()) <= {"inductor", "cudagraphs", "graphs"}
+    assert set(VERIFIED_MODES.values()) <= {"inductor", "cudagraphs", "graphs", "step-graphs", "step-cudagraphs"}
     assert set(VERIFIED_MODES) <= set(list_backbones())  # a renamed backbone would silently train eager
     assert auto_compile("sasrec", cuda) == (VERIFIED_MODES["sasrec"], auto_compile("sasrec", cuda)[1])
     mode, reason = auto_compile("not-verified", cuda)
