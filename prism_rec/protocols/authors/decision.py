@@ -24,14 +24,15 @@ import itertools
 import math
 
 from ...statistics import ALPHA, welch
+from .design import PER_BACKBONE
+from .model import NULL
+from .model import WIDE_HEAD_MODELS as WIDE  # the models whose per-backbone head is wider: equal heads retrain them
 
 AUTHORS, NEXT_ITEM = "authors", "next-item"
-PER_BACKBONE, EQUAL = "per-backbone", "equal"
+EQUAL = "equal"
 IMPLEMENTATIONS = {"the authors' presets": ("prism-authors", "gdn-authors"),
                    "the faithful backbones": ("prism", "gated_deltanet")}
 BACKBONES = ("prism-authors", "gdn-authors", "prism", "gated_deltanet", "sasrec")
-NULL = "null"
-WIDE = ("prism-authors", "prism", "sasrec")  # the models whose per-backbone head is wider (model.WIDE_HEAD_MODELS)
 HEADS = {AUTHORS: (PER_BACKBONE, EQUAL), NEXT_ITEM: ("-",)}
 
 
