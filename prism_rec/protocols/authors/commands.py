@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from ...errors import OptionError
+from ...experiments.headline.v3 import V3, grid_from_option
 from ...files import write_atomically
 from ...training.devices import resolve_device
 from .data import check_dataset, load_task
@@ -92,8 +93,6 @@ def command_train(args: argparse.Namespace) -> None:
 
 
 def _design(args: argparse.Namespace) -> Design:
-    from ...experiments.headline.v3 import V3, grid_from_option
-
     if args.budget is not None and not 0 < args.budget < float("inf"):
         raise OptionError(f"option --budget: must be a finite number in (0, inf) of seconds, got {args.budget}")
     if args.lr is not None:

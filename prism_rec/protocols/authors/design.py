@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass, replace
 
 from ...experiments import tuning
+from ...experiments.headline.v3 import V3
 from .data import FEATURE_DIM
 from .model import POP, head_width
 from .train import RunConfig
@@ -26,7 +27,7 @@ from .train import RunConfig
 DESIGN_MODELS = ("prism-authors", "gdn-authors", "sasrec", "prism", "gated_deltanet", "null", "pop",
                  "mamba2-authors", "mamba2", "transformer++")
 FIRST_TIER = frozenset(DESIGN_MODELS[:7])
-DESIGN_SEEDS = 5
+DESIGN_SEEDS = len(V3.seeds)  # the headline's five
 EQUAL_HEAD = "64"
 PER_BACKBONE = "per-backbone"
 RATE_FREE = ("model", "seed", "lr", "head_width")  # the settings a design's runs differ in
@@ -57,7 +58,7 @@ class Design:
     models: tuple[str, ...] = DESIGN_MODELS
     seeds: tuple[int, ...] = tuple(range(DESIGN_SEEDS))
     base: RunConfig = RunConfig(model="null")
-    grid: tuning.TuningGrid = tuning.HEADLINE_V3_GRID
+    grid: tuning.TuningGrid = V3.grid
     equal_head: str | None = EQUAL_HEAD
 
     def own(self, rows: list[dict]) -> list[dict]:
