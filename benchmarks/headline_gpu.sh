@@ -30,9 +30,9 @@
 # SPLIT_WORKERS=N (default 0) also runs the split study (prism_rec/experiments/split_study.py) beside the grid on N
 # more workers through the same MPS server, for the same budget; it writes split_manifest.jsonl,
 # split_case_ranks.jsonl (the new lines only) and split_log.txt into OUT_DIR/split.
-# AUTHORS_ARGS="--datasets ... --models ..." (default empty: none) also runs the authors' protocol grid
-# (prism-rec authors grid, prism_rec/protocols/authors/) beside it through the same MPS server, for the same
-# budget, continuing OUT_DIR/authors_grid (carry results/authors_grid to continue an earlier call's); its
+# AUTHORS_ARGS="--workers 3 ..." (default empty: none) also runs the authors' protocol grid (prism-rec authors
+# grid: issue 39's design at its defaults; benchmarks/authors_gpu.sh sets it) beside it through the same MPS
+# server, for the same budget, continuing OUT_DIR/authors_grid (carry results/authors_grid to continue an earlier call's); its
 # manifest and log land in OUT_DIR/authors_grid.
 set -uo pipefail
 out=${1:?usage: benchmarks/headline_gpu.sh OUT_DIR}

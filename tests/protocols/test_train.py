@@ -7,8 +7,10 @@ import torch
 
 from prism_rec.cli import main
 from prism_rec.errors import OptionError
+from prism_rec.experiments.tuning import RATE_LADDER, TuningGrid
 from prism_rec.files import write_jsonl
 from prism_rec.protocols.authors import grid
+from prism_rec.protocols.authors.design import Design
 from prism_rec.protocols.authors.report import write_report
 from prism_rec.protocols.authors.train import EarlyStopping, RunConfig, run
 
@@ -43,42 +45,96 @@ def test_early_stopping_keeps_weights_only_when_every_metric_improves():
     assert stops == [False, False, False, False, True] and stopper.best_epoch == 3  # ties count as improving
 
 
-def test_the_grid_resumes_and_respects_its_budget(task, tmp_path, monkeypatch):
-    monkeypatch.setattr(grid, "load_task", lambda *args: task)
-    monkeypatch.setattr(grid, "check_dataset", lambda *args: "unix seconds")
-    jobs = grid.grid_configs(["tiny"], RunConfig(model="null", **TINY), ["null", "pop"], ["per-backbone", "8"],
-                             [0, 1])
-    assert len(jobs) == 6  # pop once per seed: it has no head
-    counts = grid.run_grid(tmp_path, jobs[:4], None, CPU, log=lambda line: None)
-    assert counts == {"finished": 4, "skipped": 0, "unstarted": 0}
-    counts = grid.run_grid(tmp_path, jobs, 1e-9, CPU, log=lambda line: None)
-    assert counts == {"finished": 0, "skipped": 4, "unstarted": 2}
-    counts = grid.run_grid(tmp_path, jobs, None, CPU, log=lambda line: None)
-    assert counts == {"finished": 2, "skipped": 4, "unstarted": 0}
-    rows = [json.loads(line) for line in (tmp_path / "manifest.jsonl").read_text().splitlines()]
-    assert len({row["key"] for row in rows}) == 6
-    report = write_report([tmp_path], tmp_path / "report.md", "test")
-    text = report.read_text()
-    assert "### tiny, head width 8" in text and "| pop - null |" in text and "$" not in text
+def write_inter(frame, folder):
+    """The tiny edge list as the ml-100k source reads it (folder/ml-100k.inter, RecBole's atomic format)."""
+    folder.mkdir()
+    lines = ["user_id:token\titem_id:token\trating:float\ttimestamp:float"]
+    lines += [f"{row.user}\t{row.item}\t1\t{row.timestamp:.0f}" for row in frame.itertuples()]
+    (folder / "ml-100k.inter").write_text("\n".join(lines) + "\n")
+
+
+TINY_OPTIONS = ["--datasets", "ml-100k", "--min-user-edges", "5", "--epochs", "2", "--batch-size", "16",
+                "--n-neighbours", "3", "--channel", "4", "--n-heads", "1", "--seeds", "2", "--lr-grid", "1e-3,1e-2",
+                "--models", "sasrec,null,pop", "--equal-head", "4", "--device", "cpu"]
+
+
+def test_the_grid_runs_the_design_resumes_and_respects_its_budget(frame, tmp_path, capsys):
+    write_inter(frame, tmp_path / "raw")
+    out = tmp_path / "out"
+    options = ["authors", "grid", "--out", str(out), "--raw-dir", str(tmp_path / "raw"), *TINY_OPTIONS]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*options, "--workers", "2", "--budget", "1e-6"])  # past the budget before the first run ends
+    assert exit_info.value.code == 3
+    main([*options, "--workers", "2"])  # two spawned workers
+    rows = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    runs = sorted((r["config"]["model"], r["config"]["head_width"], r["config"]["seed"], r["config"]["lr"])
+                  for r in rows)
+    rule = TuningGrid((1e-3, 1e-2), RATE_LADDER)  # --lr-grid extends along headline v3's ladder
+    expected = [("pop", "per-backbone", 0, RunConfig.lr)]
+    for model in ("sasrec", "null"):
+        tried = {r["config"]["lr"]: r["valid_full_auc"] for r in rows
+                 if r["config"]["model"] == model and r["config"]["seed"] == 0 and r["config"]["head_width"] != "4"}
+        assert {1e-3, 1e-2} <= set(tried) and rule.next_rate(tried) is None  # seed 0's grid is complete
+        chosen = rule.choice(tried)
+        expected += [(model, "per-backbone", 0, lr) for lr in tried] + [(model, "per-backbone", 1, chosen)]
+        if model == "sasrec":  # the equal-heads arm; null's head is 4 wide already
+            expected += [("sasrec", "4", seed, chosen) for seed in (0, 1)]
+    assert runs == sorted(expected)
+    assert all((out / "cases" / f"{r['key']}.json").is_file() for r in rows)
+    main([*options])  # nothing left: no run is trained again
+    assert capsys.readouterr().out.strip().endswith(f"authors grid: 0 finished, 0 dropped at the budget, 0 ready "
+                                                    f"for the next call ({out}/manifest.jsonl)")
+    assert len((out / "manifest.jsonl").read_text().splitlines()) == len(rows)
     rows[0]["task"] = {**rows[0]["task"], "min_user_edges": 1}
-    write_jsonl(tmp_path / "manifest.jsonl", rows)
-    with pytest.raises(OptionError, match="option --from: the runs of tiny were made on different edge tasks"):
-        write_report([tmp_path], tmp_path / "report.md")
+    write_jsonl(out / "manifest.jsonl", rows)
+    with pytest.raises(OptionError, match="option --from: the runs of ml-100k were made on different edge tasks"):
+        write_report([out], tmp_path / "report.md")
+
+
+def test_a_run_expected_past_the_budget_does_not_start(task, tmp_path, monkeypatch):
+    monkeypatch.setattr(grid, "load_task", lambda *args: task)
+    design = Design(("tiny",), ("null",), (0,), RunConfig(model="null", **TINY), TuningGrid((1e-3, 1e-2)), None)
+    slow = {"key": "slow", "dataset": "tiny", "wall_seconds": 3600.0, "valid_full_auc": 0.5,
+            "config": {**design.base.to_dict(), "lr": 1e-3}}
+    write_jsonl(tmp_path / "manifest.jsonl", [slow])
+    counts = grid.run_grid(tmp_path, design, 60.0, CPU, log=lambda line: None)
+    assert counts == {"finished": 0, "dropped": 0, "pending": 1}
+    counts = grid.run_grid(tmp_path, design, None, CPU, log=lambda line: None)
+    assert counts == {"finished": 1, "dropped": 0, "pending": 0}
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--models", "bogus"], "option --models: unknown model 'bogus'"),
     (["--datasets", "electronics-gerec"], "option --datasets: dataset 'electronics-gerec' has no time"),
-    (["--lr", "0"], "option --lr: must be a positive"),
+    (["--lr", "0.001"], "option --lr: the grid chooses its rates"),
+    (["--lr-grid", "1e-3,x"], "option --lr-grid: 'x' is not a number"),
+    (["--lr-grid", "2e-3"], "option --lr-grid: 0.002 not on the rate ladder"),
     (["--seeds", "0"], "option --seeds: need at least one seed"),
-    (["--head-widths", "per-backbone,x"], "option --head-widths: expected per-backbone or a positive integer"),
+    (["--equal-head", "x"], "option --equal-head: expected per-backbone or a positive integer"),
     (["--budget", "-5"], "option --budget: must be a finite number in (0"),
+    (["--workers", "0"], "option --workers: must be an integer in [1"),
     (["--min-user-edges", "0"], "option --min-user-edges: must be >= 1"),
+    (["--datasets", "ml-100k", "--min-user-edges", "100000"],
+     "option --min-user-edges: dataset 'ml-100k' has 0 user(s) with >= 100000 edges"),
 ])
 def test_bad_grid_options_are_refused_before_work(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["authors", "grid", "--out", str(tmp_path / "out"), *argv])
+        main(["authors", "grid", "--out", str(tmp_path / "out"), "--device", "cpu", *argv])
     assert exit_info.value.code == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith(f"prism-rec authors: {message}") and "\n" not in error
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["headline", "run", "--out", "OUT", "--protocol", "authors"], "argument --protocol: invalid choice: 'authors'"),
+    (["headline", "run", "--out", "OUT", "--head-width", "64"], "unrecognized arguments: --head-width 64"),
+    (["authors", "grid", "--out", "OUT", "--widths", "d64"], "unrecognized arguments: --widths d64"),
+    (["authors", "grid", "--out", "OUT", "--lr-gr", "1e-3"], "unrecognized arguments: --lr-gr"),  # no prefixes
+    (["authors", "train", "--protocol", "v3"], "unrecognized arguments: --protocol v3"),
+])
+def test_an_unknown_protocol_or_another_protocols_option_is_refused(argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / "out") if arg == "OUT" else arg for arg in argv])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

@@ -14,11 +14,14 @@ from pathlib import Path
 import torch
 
 from ...errors import OptionError
+from ...experiments.headline.v3 import V3, grid_from_option
 from ...files import write_atomically
 from ...training.devices import resolve_device
 from .data import check_dataset, load_task
-from .grid import grid_configs, run_grid
-from .model import check_model
+from .design import DESIGN_MODELS, DESIGN_SEEDS, EQUAL_HEAD, Design
+from .grid import run_grid
+from .model import check_model, head_width
+from .next_item import NEXT_ITEM_MANIFESTS
 from .report import REPORT, write_report
 from .train import RunConfig, describe, run
 
@@ -28,7 +31,8 @@ DEFAULTS = RunConfig(model="sasrec")
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     for name in ("epochs", "patience", "batch_size", "n_neighbours", "channel", "n_layers", "n_heads", "feature_seed"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(DEFAULTS, name))
-    parser.add_argument("--lr", type=float, default=DEFAULTS.lr)
+    parser.add_argument("--lr", type=float, help=f"learning rate (train; default {DEFAULTS.lr:g}); the grid "
+                                                 f"chooses its own (--lr-grid)")
     parser.add_argument("--dropout", type=float, default=DEFAULTS.dropout)
     parser.add_argument("--min-user-edges", type=int,
                         help="keep users with at least this many edges (default 40; movies-fedcsr 3)")
@@ -40,10 +44,10 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 def _base_config(args: argparse.Namespace, model: str, head: str) -> RunConfig:
     if args.min_user_edges is not None and args.min_user_edges < 1:
         raise OptionError(f"option --min-user-edges: must be >= 1, got {args.min_user_edges}")
-    return RunConfig(model=model, head_width=head, epochs=args.epochs, patience=args.patience, lr=args.lr,
-                     batch_size=args.batch_size, n_neighbours=args.n_neighbours, channel=args.channel,
-                     n_layers=args.n_layers, n_heads=args.n_heads, dropout=args.dropout,
-                     feature_seed=args.feature_seed).check()
+    return RunConfig(model=model, head_width=head, epochs=args.epochs, patience=args.patience,
+                     lr=DEFAULTS.lr if args.lr is None else args.lr, batch_size=args.batch_size,
+                     n_neighbours=args.n_neighbours, channel=args.channel, n_layers=args.n_layers,
+                     n_heads=args.n_heads, dropout=args.dropout, feature_seed=args.feature_seed).check()
 
 
 def _device(args: argparse.Namespace) -> torch.device:
@@ -65,7 +69,7 @@ def _seeds(text: str) -> list[int]:
     except ValueError:
         count = 0
     if count < 1:
-        raise OptionError(f"option --seeds: expected a count >= 1, got {text!r}")
+        raise OptionError(f"option --seeds: need at least one seed, got {text!r}")
     return list(range(count))
 
 
@@ -88,23 +92,36 @@ def command_train(args: argparse.Namespace) -> None:
         print(f"wrote {args.record}")
 
 
+def _design(args: argparse.Namespace) -> Design:
+    if args.budget is not None and not 0 < args.budget < float("inf"):
+        raise OptionError(f"option --budget: must be a finite number in (0, inf) of seconds, got {args.budget}")
+    if args.lr is not None:
+        raise OptionError("option --lr: the grid chooses its rates on seed 0 (--lr-grid gives the start grid)")
+    models, datasets = _names(args.models, "--models"), _names(args.datasets, "--datasets")
+    for dataset in datasets:
+        check_dataset(dataset, "--datasets")
+    for model in models:
+        check_model(model, "--models")
+    equal = None if args.equal_head == "none" else str(head_width("null", args.equal_head, 1, option="--equal-head"))
+    grid = V3.grid if args.lr_grid is None else grid_from_option(args.lr_grid, V3)
+    return Design(tuple(datasets), tuple(models), tuple(_seeds(args.seeds)), _base_config(args, "null", "per-backbone"),
+                  grid, equal)
+
+
 def command_grid(args: argparse.Namespace) -> None:
-    if args.budget is not None and not args.budget > 0:
-        raise OptionError(f"option --budget: must be a positive number of seconds, got {args.budget}")
-    models, heads = _names(args.models, "--models"), _names(args.head_widths, "--head-widths")
-    datasets, seeds = _names(args.datasets, "--datasets"), _seeds(args.seeds)
-    jobs = grid_configs(datasets, _base_config(args, "null", "per-backbone"), models, heads, seeds)
+    design = _design(args)
     device = _device(args)
-    counts = run_grid(Path(args.out), jobs, args.budget, device, args.min_user_edges, args.raw_dir)
-    print(f"authors grid: {counts['finished']} finished, {counts['skipped']} already done, "
-          f"{counts['unstarted']} left for the next call ({args.out}/manifest.jsonl)")
-    if counts["unstarted"]:
+    counts = run_grid(Path(args.out), design, args.budget, device, args.min_user_edges, args.raw_dir, args.workers)
+    print(f"authors grid: {counts['finished']} finished, {counts['dropped']} dropped at the budget, "
+          f"{counts['pending']} ready for the next call ({args.out}/manifest.jsonl)")
+    if counts["pending"]:
         sys.exit(3)
 
 
 def command_table(args: argparse.Namespace) -> None:
     folders = [Path(folder) for folder in _names(args.source, "--from")]
-    print(f"wrote {write_report(folders, Path(args.report), args.invocation)}")
+    next_item = tuple(Path(path) for path in _names(args.next_item, "--next-item"))
+    print(f"wrote {write_report(folders, Path(args.report), args.invocation, next_item)}")
 
 
 def add_parser(subparsers) -> None:
@@ -112,7 +129,8 @@ def add_parser(subparsers) -> None:
     authors = subparsers.add_parser("authors", help="the authors' link-prediction protocol "
                                     "(results/authors_protocol.md)", description=__doc__.split("\n\n")[0])
     commands = authors.add_subparsers(dest="authors_command", required=True)
-    train = commands.add_parser("train", help="train and evaluate one model under the authors' protocol")
+    train = commands.add_parser("train", allow_abbrev=False,
+                                help="train and evaluate one model under the authors' protocol")
     train.add_argument("--dataset", default="ml-100k")
     train.add_argument("--model", default="sasrec")
     train.add_argument("--seed", type=int, default=0)
@@ -120,17 +138,27 @@ def add_parser(subparsers) -> None:
     train.add_argument("--record", help="also write the run's record (JSON) here")
     _add_run_options(train)
     train.set_defaults(func=command_train)
-    grid = commands.add_parser("grid", help="train the grid's runs not yet in OUT/manifest.jsonl")
+    grid = commands.add_parser("grid", allow_abbrev=False,
+                               help="train the design's runs not yet in OUT/manifest.jsonl (design.py); exit status 3 "
+                                    "when runs are left for the next call")
     grid.add_argument("--out", required=True, help="folder of the manifest and the test cases")
-    grid.add_argument("--budget", type=float, help="wall-clock seconds; no run starts after them")
+    grid.add_argument("--budget", type=float, help="wall-clock seconds; a run starts only when it is expected "
+                                                   "to end by then")
+    grid.add_argument("--workers", type=int, default=1, help="training processes sharing the device")
     grid.add_argument("--datasets", default="ml-100k")
-    grid.add_argument("--models", default="sasrec,prism-authors,gdn-authors,null,pop")
-    grid.add_argument("--seeds", default="1", help="a count N: seeds 0..N-1")
-    grid.add_argument("--head-widths", default=DEFAULTS.head_width,
-                      help="comma list of per-backbone and/or widths, e.g. per-backbone,64")
+    grid.add_argument("--models", default=",".join(DESIGN_MODELS), help="comma list, most informative first")
+    grid.add_argument("--seeds", default=str(DESIGN_SEEDS), help="a count N: seeds 0..N-1")
+    grid.add_argument("--lr-grid", help="start rates of seed 0's grid (default headline v3's, extended along "
+                                        "its ladder)")
+    grid.add_argument("--equal-head", default=EQUAL_HEAD,
+                      help="the equal-heads arm's width (models with another per-backbone width), or none")
     _add_run_options(grid)
     grid.set_defaults(func=command_grid)
-    table = commands.add_parser("table", help="write results/authors_protocol.md from grid folders")
+    table = commands.add_parser("table", allow_abbrev=False,
+                                help="write results/authors_protocol.md from grid folders")
     table.add_argument("--from", dest="source", required=True, help="comma list of grid --out folders")
     table.add_argument("--report", default=str(REPORT))
+    table.add_argument("--next-item", default=",".join(map(str, NEXT_ITEM_MANIFESTS)),
+                       help="comma list of headline manifests holding the next-item runs (read together; default "
+                            "results/headline_v3_manifest.jsonl,results/headline_v2_manifest.jsonl)")
     table.set_defaults(func=command_table)

@@ -1,10 +1,13 @@
-"""results/authors_protocol.md: the authors' protocol runs beside the paper's Table 2.
+"""results/authors_protocol.md: the authors' protocol runs beside the paper's Table 2 and the next-item runs.
 
-Per dataset and head width: each model's test AUC as the authors compute it (batch means, ``metrics``),
-this suite's full-ranking AUC on the same cases with a 95 % cluster bootstrap interval over test users
-(prism_rec.tracking.bootstrap: a user's cases move together), Hit@200, the link AP and ROC-AUC with one
-random negative, and paired differences on the same users: every model against ``null`` and ``sasrec``,
-and PRISM against Gated DeltaNet (the authors' presets and the faithful pair), the gap of the paper's ordering.
+Per dataset: seed 0's rate grids (``design``). Per dataset and head width, at each model's chosen rate (or
+the rate leading so far, flagged, while its grid is unfinished): each model's test AUC as the authors
+compute it (batch means, ``metrics``), this suite's full-ranking AUC on the same cases with a 95 % cluster
+bootstrap interval over test users (prism_rec.tracking.bootstrap: a user's cases move together), Hit@200,
+the link AP and ROC-AUC with one random negative, and paired differences on the same users: every model
+against ``null`` and ``sasrec``, and PRISM against Gated DeltaNet (the authors' presets and the faithful
+pair), the gap of the paper's ordering. Then both protocols side by side (the next-item runs of the
+headline manifests, ``next_item``), and the statement ``decision`` computes from them.
 """
 
 from __future__ import annotations
@@ -16,12 +19,18 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import OptionError
+from ...experiments import tuning
 from ...files import read_jsonl, write_atomically
 from ...markdown import fill, pipe_table
 from ...paths import PROJECT_ROOT, TEMPLATES_DIR
 from ...tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
+from . import decision
+from .design import DESIGN_MODELS, PER_BACKBONE, RATE_FREE, Design, tuning_entries
 from .grid import MANIFEST
 from .metrics import full_ranking_auc
+from .model import POP
+from .next_item import NEXT_ITEM_MANIFESTS, next_item_cells
+from .train import RunConfig
 
 REPORT = PROJECT_ROOT / "results" / "authors_protocol.md"
 # PAPER.md section 4, Table 2 AUC: Books, Movies, Electronics, Yelp
@@ -67,8 +76,12 @@ def _spread(values: list[float]) -> str:
     return f"{np.mean(values):.4f} ± {np.std(values, ddof=1):.4f}" if len(values) > 1 else f"{values[0]:.4f}"
 
 
-def group_table(runs: list[dict], dataset: str) -> tuple[str, str]:
-    """The table of one (dataset, head width) group and its paired differences."""
+def _rate(rate: float | None, chosen: bool) -> str:
+    return "—" if rate is None else f"{rate:g}" + ("" if chosen else " (grid unfinished)")
+
+
+def group_table(runs: list[dict], dataset: str, rates: dict[str, str]) -> tuple[str, str]:
+    """The table of one (dataset, head width) group and its paired differences; ``rates``: model -> rate text."""
     users, counts = np.unique(runs[0]["cases"]["user"], return_counts=True)
     by_model: dict[str, list[dict]] = {}
     for run in runs:
@@ -81,16 +94,16 @@ def group_table(runs: list[dict], dataset: str) -> tuple[str, str]:
         group = by_model[model]
         low, high = bootstrap_mean_ci(matrices[model], cases=counts)
         paper = PAPER_TABLE_2.get(PAPER_MODEL.get(model, ""))
-        rows.append([model, str(group[0]["width"] or "—"), str(len(group)),
+        rows.append([model, str(group[0]["width"] or "—"), rates[model], str(len(group)),
                      _spread([r["test_auc"] for r in group]), _spread([r["test_full_auc"] for r in group]),
                      f"[{low:.4f}, {high:.4f}]", _spread([r["test_hit@200"] for r in group]),
                      _spread([r["test_link_average_precision"] for r in group]),
                      _spread([r["test_link_roc_auc"] for r in group]),
                      ", ".join(str(r["best_epoch"]) for r in group),
                      f"{paper[PAPER_DOMAINS.index(domain)]:.4f}" if paper and domain else "—"])
-    table = pipe_table(["model", "head width", "seeds", "AUC (theirs)", "full-ranking AUC", "95% interval",
+    table = pipe_table(["model", "head width", "rate", "seeds", "AUC (theirs)", "full-ranking AUC", "95% interval",
                         "Hit@200 (theirs)", "link AP", "link ROC-AUC", "best epochs",
-                        f"paper {domain or '(no domain)'}"], rows, "lrrrrrrrrlr")
+                        f"paper {domain or '(no domain)'}"], rows, "lrlrrrrrrrlr")
     pairs = [(model, reference) for reference in REFERENCES for model in order
              if model != reference and reference in matrices]
     pairs += [pair for pair in ORDERING_PAIRS if set(pair) <= set(matrices)]
@@ -106,36 +119,115 @@ def group_table(runs: list[dict], dataset: str) -> tuple[str, str]:
     return table, paired
 
 
-def write_report(folders: list[Path], path: Path = REPORT, command: str = "") -> Path:
-    """Write the report of the runs in ``folders`` to ``path``; returns it."""
+def design_of(runs: list[dict]) -> Design:
+    """The design the runs were made under: their datasets and (one set of) settings."""
+    fixed = [{k: v for k, v in run["config"].items() if k not in RATE_FREE} for run in runs]
+    if any(settings != fixed[0] for settings in fixed):
+        raise OptionError("option --from: the runs were made with different settings (other than model, seed, rate "
+                          "and head width); give folders of one design")
+    return Design(tuple(sorted({run["dataset"] for run in runs})), base=RunConfig(model="null", **fixed[0]))
+
+
+def head_groups(cells: dict, dataset: str) -> dict[str, list[tuple[str, tuple]]]:
+    """{head: [(model, cell)]} of ``dataset``: per-backbone, and per integer head its own runs with the
+    per-backbone runs whose head has that width (the same runs); ``pop`` in every group."""
+    mine = {(model, head): cell for (d, model, head), cell in cells.items() if d == dataset}
+    floor = [(model, cell) for (model, head), cell in mine.items() if model == POP]
+    heads = sorted({head for model, head in mine if model != POP}, key=lambda h: (h != PER_BACKBONE, h))
+    groups = {}
+    for head in heads:
+        members = [(model, cell) for (model, h), cell in mine.items() if h == head and model != POP]
+        if head != PER_BACKBONE:
+            members += [(model, cell) for (model, h), cell in mine.items() if h == PER_BACKBONE and model != POP
+                        and str(cell[2][0]["width"]) == head and (model, head) not in mine]
+        groups[head] = members + floor
+    return groups or {PER_BACKBONE: floor}
+
+
+def rate_grid_table(design: Design, runs: list[dict], dataset: str) -> str:
+    """Seed 0's validation full-ranking AUC per rate tried, and the choice, of every model on ``dataset``."""
+    by_rate = tuning.valid_auc_by_rate(tuning_entries(design.own(runs)))
+    rows = []
+    for (d, model), tried in sorted(by_rate.items()):
+        if d != dataset:
+            continue
+        following = design.grid.next_rate(tried)
+        choice = (f"next {following:g}" if following is not None else
+                  f"{design.grid.choice(tried):g}" + (" (at the ladder's end)" if design.grid.at_edge(tried) else ""))
+        rows.append([model, ", ".join(f"{rate:g}: {auc:.4f}" for rate, auc in sorted(tried.items())), choice])
+    return pipe_table(["model", "validation full-ranking AUC of seed 0 per rate", "choice"], rows, "lll")
+
+
+def protocols_table(cells: dict, next_cells: dict, dataset: str, models: list[str], equal: str,
+                    values: dict) -> str:
+    """Both protocols per model of ``dataset``; fills ``values`` (decision.explain's input) on the way."""
+    rows = []
+    for model in models:
+        per_backbone = cells.get((dataset, model, PER_BACKBONE))
+        own_equal = cells.get((dataset, model, equal))
+        equal_cell = own_equal or (per_backbone if per_backbone and str(per_backbone[2][0]["width"]) == equal
+                                   else None)
+        texts = []
+        for heads, cell in ((decision.PER_BACKBONE, per_backbone), (decision.EQUAL, equal_cell)):
+            if cell is None:
+                texts.append("—")
+                continue
+            rate, chosen, group = cell
+            scores = [run["test_full_auc"] for run in group]
+            texts.append(f"{_spread(scores)} ({len(scores)}, {_rate(rate, chosen)})")
+            if chosen and not (heads == decision.EQUAL and own_equal is None):
+                values[(decision.AUTHORS, model, heads)] = scores
+        nxt = next_cells[(dataset, model)]
+        if nxt.test_auc:
+            scores = [nxt.test_auc[seed] for seed in sorted(nxt.test_auc)]
+            values[(decision.NEXT_ITEM, model, "-")] = scores
+            texts.append(f"{_spread(scores)} ({len(scores)}, {_rate(nxt.rate, True)})")
+        else:
+            texts.append("—" if nxt.next_rate is None else f"— (grid unfinished: next {nxt.next_rate:g})")
+        rows.append([model, *texts])
+    return pipe_table(["model", "authors, per-backbone heads: full-ranking AUC (seeds, rate)",
+                       f"authors, equal heads {equal}", "next-item d64: test AUC (seeds, rate)"], rows, "lrrr")
+
+
+def write_report(folders: list[Path], path: Path = REPORT, command: str = "",
+                 next_item: tuple[Path, ...] = NEXT_ITEM_MANIFESTS) -> Path:
+    """Write the report of the runs in ``folders`` and the next-item manifests ``next_item`` to ``path``."""
     runs = load_runs(folders)
     if not runs:
         raise OptionError(f"option --from: no finished runs in {', '.join(map(str, folders))}")
-    groups: dict[tuple[str, str], list[dict]] = {}
-    pop_runs: dict[str, list[dict]] = {}
-    for run in runs:
-        if run["config"]["model"] == "pop":  # the floor has no head: shown in every width's table
-            pop_runs.setdefault(run["dataset"], []).append(run)
-        else:
-            groups.setdefault((run["dataset"], run["config"]["head_width"]), []).append(run)
-    for dataset, floor in pop_runs.items():
-        if not any(key[0] == dataset for key in groups):
-            groups[(dataset, floor[0]["config"]["head_width"])] = []
-    sections = []
-    for (dataset, head), group in sorted(groups.items()):
-        group = group + pop_runs.get(dataset, [])
-        if len({json.dumps(run["task"], sort_keys=True) for run in group}) > 1:
+    design = design_of(runs)
+    cells = design.selected(runs)
+    models = [m for m in DESIGN_MODELS if m in design.models] + sorted(
+        {run["config"]["model"] for run in runs} - set(DESIGN_MODELS))
+    next_cells = next_item_cells(list(next_item), set(design.datasets), models)
+    sections, statements = [], []
+    for dataset in design.datasets:
+        mine = [run for run in runs if run["dataset"] == dataset]
+        if len({json.dumps(run["task"], sort_keys=True) for run in mine}) > 1:
             raise OptionError(f"option --from: the runs of {dataset} were made on different edge tasks "
                               f"(--min-user-edges or data differ); give folders of one task")
-        stats = group[0]["task"]
-        table, paired = group_table(group, dataset)
-        sections.append(
-            f"### {dataset}, head width {head}\n\nTime: {group[0]['time_kind']}. Kept: {stats['users']} users with >= "
-            f"{stats['min_user_edges']} edges, {stats['items']} items, {stats['edges']} edges ({stats['train_edges']} "
-            f"train, {stats['valid_edges']} validation, {stats['test_edges']} test cases).\n\n{table}\n\n{paired}")
+        stats = mine[0]["task"]
+        sections.append(f"### {dataset}: seed 0's rate grids\n\n{rate_grid_table(design, runs, dataset)}")
+        for head, members in head_groups(cells, dataset).items():
+            if not members:
+                continue
+            table, paired = group_table([run for _, cell in members for run in cell[2]], dataset,
+                                        {model: _rate(cell[0], cell[1]) for model, cell in members})
+            sections.append(
+                f"### {dataset}, head width {head}\n\nTime: {mine[0]['time_kind']}. Kept: {stats['users']} users with "
+                f">= {stats['min_user_edges']} edges, {stats['items']} items, {stats['edges']} edges "
+                f"({stats['train_edges']} train, {stats['valid_edges']} validation, {stats['test_edges']} test "
+                f"cases).\n\n{table}\n\n{paired}")
+        values: dict = {}
+        joined = protocols_table(cells, next_cells, dataset, models, design.equal_head, values)
+        cell_table = pipe_table(["protocol", "implementation", "heads", "seeds", "PRISM - GDN", "Welch interval",
+                                 "p", "PRISM - SASRec", "ordering appears"], decision.cell_rows(values),
+                                "lllrrrrrl")
+        sections.append(f"### {dataset}: both protocols\n\n{joined}\n\n{cell_table}")
+        statements.append(f"**{dataset}.** {decision.explain(values, len(design.seeds))}")
     paper = pipe_table(["model", *PAPER_DOMAINS], [[name, *(f"{v:.4f}" for v in values)]
                                                    for name, values in PAPER_TABLE_2.items()], "lrrrr")
     text = fill(TEMPLATES_DIR / "authors_protocol.md", command=command or "prism-rec authors table",
-                paper=paper, sections="\n\n".join(sections))
+                paper=paper, sections="\n\n".join(sections), statements="\n\n".join(statements))
     write_atomically(path, text + "\n")
     return path

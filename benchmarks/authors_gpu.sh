@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One device call of issue 39's design (device tool, kind nvidia-h200; carry .device_data, .whl and
+# .triton_cache): the authors' protocol grid (prism-rec authors grid at its defaults, the design of
+# prism_rec/protocols/authors/design.py, continuing the committed results/authors_grid) beside a headline v3
+# slice of the same backbones' next-item runs on ml-100k, both through one MPS server
+# (benchmarks/headline_gpu.sh, its AUTHORS_ARGS):
+#
+#   PRISM_REC_GIT_COMMIT=<short hash> benchmarks/authors_gpu.sh OUT_DIR
+#
+# BUDGET (default 240 s) is both grids' budget; AUTHORS_WORKERS (default 3) training processes run the
+# authors grid. MODELS (default the design's next-item arms not yet complete in results/headline_v3_manifest.jsonl)
+# and DATASETS (default ml-100k) narrow the headline slice; PROTOCOL is v3. OUT_DIR receives headline_gpu.sh's
+# files and authors_grid.tgz: authors_grid/ with the whole manifest, the log and this call's new test cases
+# (the device returns 8 files at most); `tar xzf OUT_DIR/authors_grid.tgz -C results` merges it into
+# results/authors_grid, then `prism-rec authors table --from results/authors_grid` writes the report.
+set -uo pipefail
+out=${1:?usage: benchmarks/authors_gpu.sh OUT_DIR}
+export PROTOCOL=v3 BUDGET=${BUDGET:-240} DATASETS=${DATASETS:-ml-100k}
+export MODELS=${MODELS:-prism-authors,gdn-authors,mamba2-authors,mamba2,transformer++}
+export AUTHORS_ARGS="--budget $BUDGET --workers ${AUTHORS_WORKERS:-3}"
+benchmarks/headline_gpu.sh "$out"
+status=$?
+grid=$out/authors_grid
+if [ -f "$grid/manifest.jsonl" ]; then
+    new=()
+    for file in "$grid"/cases/*.json; do
+        if [ -f "$file" ] && [ ! -f "results/authors_grid/cases/${file##*/}" ]; then new+=("cases/${file##*/}"); fi
+    done
+    tar czf "$out/authors_grid.tgz.tmp" -C "$out" authors_grid/manifest.jsonl authors_grid/authors_log.txt \
+        "${new[@]/#/authors_grid/}" && mv "$out/authors_grid.tgz.tmp" "$out/authors_grid.tgz" || status=1
+    echo "authors grid: ${#new[@]} new runs in $out/authors_grid.tgz"
+    rm -rf "$grid"
+fi
+exit $status
