@@ -35,7 +35,7 @@ results/step.md (the floor, the ratios, the verified compile modes) is made on t
 A backbone's mode that failed its check against eager (--check-compiled) is not timed (its cells say
 refused). Every cell is caught on its own (its status says why it failed) and the files are rewritten after every
 cell, so a run cut short keeps what it measured (the modes of --compile in turn, each at every shape); once
---time-budget seconds have passed, the cells not started are recorded as skipped. Writes <out>/step.md,
+--time-budget seconds have passed (counted from the end of the checks against eager), the cells not started are recorded as skipped. Writes <out>/step.md,
 step.csv and step.json (everything, for --merge), and with --datasets <out>/solo_throughput.csv (the rows of
 the last --solo-compile mode, the one a grid would train with). ``--merge DIR,DIR,...`` makes one report of
 runs made side by side, one per GPU:
@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--solo-loss-path", default="auto", help="loss path of the solo runs (auto: fused on CUDA)")
     parser.add_argument("--no-steps", action="store_true", help="only the solo throughput")
     parser.add_argument("--time-budget", type=float, default=float("inf"),
-                        help="seconds after which no further cell starts (those left are recorded as skipped)")
+                        help="seconds after the checks after which no further cell starts (those left are recorded as skipped)")
     parser.add_argument("--merge", default="",
                         help="only merge the step.json of these run folders (comma-separated) into --out-dir")
     parser.add_argument("--out-dir", type=Path, default=Path("results"))
@@ -202,7 +202,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.merge:
         print(step_markdown(merge([Path(part) for part in args.merge.split(",") if part], args.out_dir)), flush=True)
         return
-    budget = Budget(args.time_budget)
     shapes = parse_shapes(args)
     device = resolve_device(args.device)
     if device.type == "cuda":
@@ -218,6 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     header = report_header(args, device, command, shapes)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     checks, verified = startup_checks(args, device, loss_paths, compile_modes)
+    budget = Budget(args.time_budget)  # from here: the checks are not cut short by it
     if args.check_only:
         sys.exit(0 if all(ok for _, _, ok in verified) else 1)
     solo_mode = resolve_compile(solo_modes[-1], device) if args.datasets and solo_modes else None

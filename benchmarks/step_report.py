@@ -167,7 +167,7 @@ def merge(run_dirs: list[Path], out_dir: Path) -> Report:
     if not runs:
         raise SystemExit(f"--merge: no step.json in {', '.join(map(str, run_dirs))}")
     commands = [run["command"] for run in runs]
-    header = [*runs[0]["header"], "", f"Merged from {len(runs)} runs made side by side, each on a GPU of its own: "
+    header = [*runs[0]["header"], "", f"Merged from {len(runs)} runs (their commands; each row is from one of them): "
               + "; ".join(f"`{command}`" for command in commands) + "."]
     if missing:
         header.append(f"Runs that left no results: {', '.join(missing)}.")
