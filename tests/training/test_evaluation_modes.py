@@ -198,3 +198,19 @@ def test_top_items_round_trip_the_case_ranks_entry():
             decode({**entry, **encode(users, ranks, n_items, np.full((6, 4), n_items)), "n_items": n_items})
     with pytest.raises(ValueError, match=r"top items \(5, 4\) must be \[6, K\]"):
         encode(users, ranks, 300, top[:5])
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--cutoffs", "10,0"], "option --cutoffs: every cutoff must be an integer >= 1, got [10, 0]"),
+    (["--sampled", "uniform:5000"], "option --sampled: 'uniform:5000' asks for 5000 negatives but ml-100k has only "),
+    (["--models", "recbole:FEARec"], "option --models: recbole:FEARec is not a RecBole model the bridge runs"),
+])
+def test_bench_refuses_bad_evaluation_options_before_training(options, message, store, capsys, monkeypatch):
+    from prism_rec.cli import main
+
+    for trainer in ("fit", "fit_recbole"):
+        monkeypatch.setattr(f"prism_rec.experiments.bench.{trainer}", lambda *a, **k: pytest.fail("trained"))
+    with pytest.raises(SystemExit) as stopped:
+        main(["bench", "--models", "sasrec", *options, "--epochs", "1", "--no-progress", "--device", "cpu"])
+    assert stopped.value.code == 2
+    assert message in capsys.readouterr().err
