@@ -10,18 +10,19 @@ shows beside each best epoch: ours full-softmax cross-entropy over windows with 
 validation AUC; RecBole's cross-entropy over its augmented prefixes with Adam, its dropout (0.5), stopping
 on its validation MRR@10. Sizes (d_model, layers, heads, max_len), batch size, cap and patience are shared.
 
-Runs are separate processes, ``--jobs`` at once (RecBole's loop is CPU-bound Python: on one GPU under
-CUDA MPS, one process a core). The queue holds every seed-0 run of the grid, then the other seeds at every
-rate (RecBole's first, the larger dataset first), so that free processes work ahead while the slowest grid
-run is still going: once a (dataset, model) has chosen its rate, its queued and running runs at the other
-rates are dropped (a running one is stopped). ``--budget`` seconds bound the command: a run starts only
-when the time left covers its estimate (the longest seconds per epoch seen for its dataset and model, times
-the most epochs a finished run of them took, or the cap before one finished, plus the start-up seen), and
-a run still going at the end is stopped; the report lists both. Each finished run is kept in
-``--runs-dir``, so the same command run again (that folder carried back) goes on where this one stopped.
+Runs are separate processes, ``--jobs`` at once (RecBole's loop is CPU-bound Python: on one GPU under CUDA
+MPS, one process a core). The queue holds every seed-0 run of the grid, then the other seeds at every rate
+(RecBole's first, the larger dataset first), so that free processes work ahead while the slowest grid run is
+still going: once a (dataset, model) has chosen its rate, its queued and running runs at the other rates are
+dropped (a running one is stopped) and its runs at the chosen rate go before those working ahead. ``--budget``
+seconds bound the command: a run starts only when the time left covers its estimate (the longest seconds per
+epoch seen for its dataset and model, times the most epochs a finished run of them took, or ``--expected-
+epochs`` before one finished, plus the start-up seen), and a run still going at the end is stopped; the report
+lists both. Each finished run is kept in ``--runs-dir``, so the same command run again (that folder carried
+back) goes on where this one stopped.
 
     python benchmarks/recbole_check.py --datasets ml-100k,electronics-gerec --seeds 3 --device cuda \\
-        --jobs 12 --budget 480
+        --jobs 14 --expected-epochs 25 --budget 470
 
 (benchmarks/recbole_gpu.sh runs this on the GPU machine.)
 """
@@ -122,7 +123,7 @@ class Schedule:
 
     queue: list[Job]
     grid: dict[tuple[str, str], list[Job]]  # (dataset, model) -> its seed-0 runs, one per rate
-    epochs_cap: int
+    expected_epochs: int  # a run's epochs in the estimate before a run of its dataset and model finished
     finished: dict[Job, dict] = field(default_factory=dict)
     running: dict[Job, tuple[subprocess.Popen, float]] = field(default_factory=dict)
     chosen: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -143,7 +144,11 @@ class Schedule:
             for job in [job for job in self.running if (job.dataset, job.model) == key
                         and job.lr != self.chosen[key]]:
                 self.stop(job, "dropped: its rate was not chosen")
-            self.queue.sort(key=lambda job: (job.dataset, job.model) not in self.chosen)  # decided runs first
+            self.queue.sort(key=self.priority)
+
+    def priority(self, job: Job) -> int:
+        """0 for a grid run, 1 for a run at a chosen rate, 2 for one working ahead."""
+        return 0 if job in self.grid[job.dataset, job.model] else 1 if (job.dataset, job.model) in self.chosen else 2
 
     def stop(self, job: Job, why: str) -> None:
         process, _ = self.running.pop(job)
@@ -164,11 +169,11 @@ class Schedule:
                         for times in timings)
         startup = max(times[1] - times[0] for times in timings)
         epochs = max((self.finished[other]["epochs_run"] for other in same if other in self.finished),
-                     default=self.epochs_cap)
+                     default=self.expected_epochs)
         return startup + per_epoch * (epochs - 1)
 
 
-def initial_schedule(datasets: list, seeds: list[int], rates: list[float], epochs_cap: int) -> Schedule:
+def initial_schedule(datasets: list, seeds: list[int], rates: list[float], expected_epochs: int) -> Schedule:
     """The queue of the module docstring (``datasets`` as (name, dataset), larger first)."""
     ordered = sorted(datasets, key=lambda pair: -len(pair[1].items))
     first, later = seeds[0], seeds[1:]
@@ -176,7 +181,7 @@ def initial_schedule(datasets: list, seeds: list[int], rates: list[float], epoch
     queue = [job for model in (THEIRS, OURS) for name, _ in ordered for job in grid[name, model]]
     queue += [Job(name, model, seed, lr) for model in (THEIRS, OURS) for name, _ in ordered for seed in later
               for lr in rates]
-    return Schedule(queue, grid, epochs_cap)
+    return Schedule(queue, grid, expected_epochs)
 
 
 def run_schedule(schedule: Schedule, argv: list[str], runs_dir: Path, jobs: int, deadline: float) -> None:
@@ -346,6 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", default="3", help="a count N (seeds 0..N-1) or a comma list; the first tunes")
     parser.add_argument("--rates", default="3e-4,1e-3,3e-3", help="the learning-rate grid (comma list)")
     parser.add_argument("--epochs", type=int, default=50, help="the epoch cap")
+    parser.add_argument("--expected-epochs", type=int, help="a run's epochs in the time estimate before a run of "
+                        "its dataset and model finished (default: the cap)")
     parser.add_argument("--patience", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--d-model", type=int, default=64)
@@ -378,7 +385,7 @@ def main(argv: list[str] | None = None) -> None:
         return train_one(args.run, base, args.runs_dir)
     deadline, seeds, rates = time.time() + args.budget, parse_seeds(args.seeds), parse_rates(args.rates)
     datasets = [(name, load_dataset(name)) for name in args.datasets.split(",")]  # caches made before any run
-    schedule = initial_schedule(datasets, seeds, rates, args.epochs)
+    schedule = initial_schedule(datasets, seeds, rates, args.expected_epochs or args.epochs)
     started = time.perf_counter()
     run_schedule(schedule, argv, args.runs_dir, args.jobs, deadline)
     command = "python benchmarks/recbole_check.py " + shlex.join(argv)

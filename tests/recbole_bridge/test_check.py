@@ -40,7 +40,7 @@ class FakeDataset:
 
 def test_the_grid_comes_first_and_only_the_chosen_rate_stays(check):
     schedule = check.initial_schedule([("small", FakeDataset(10)), ("large", FakeDataset(20))], [0, 1], [1e-3, 3e-3],
-                                      epochs_cap=9)
+                                      expected_epochs=9)
     head = [(job.model, job.dataset, job.seed) for job in schedule.queue[:8]]
     assert head == [("recbole:SASRec", "large", 0)] * 2 + [("recbole:SASRec", "small", 0)] * 2 + \
         [("sasrec", "large", 0)] * 2 + [("sasrec", "small", 0)] * 2  # every seed-0 run, RecBole's, larger first
@@ -58,12 +58,14 @@ def test_the_grid_comes_first_and_only_the_chosen_rate_stays(check):
     schedule.choose()
     assert schedule.chosen == {("small", "sasrec"): 3e-3}
     assert process.stopped and schedule.left_out[speculative].startswith("dropped")
-    assert check.Job("small", "sasrec", 1, 3e-3) == schedule.queue[0]  # a decided run goes first
+    order = [schedule.priority(job) for job in schedule.queue]
+    assert order == sorted(order) and order[0] == 0  # the grid runs left, then the decided runs, then the rest
+    assert schedule.queue[order.index(1)] == check.Job("small", "sasrec", 1, 3e-3) and order.count(1) == 1
     assert all((job.dataset, job.model, job.lr) != ("small", "sasrec", 1e-3) for job in schedule.queue)
 
 
 def test_a_failed_grid_run_leaves_the_choice_to_the_others(check):
-    schedule = check.initial_schedule([("d", FakeDataset(5))], [0], [1e-3, 3e-3], epochs_cap=9)
+    schedule = check.initial_schedule([("d", FakeDataset(5))], [0], [1e-3, 3e-3], expected_epochs=9)
     first, second = schedule.grid["d", "recbole:SASRec"]
     schedule.finished[first] = {"valid": {"auc": 0.7}}
     schedule.left_out[second] = "failed (exit 1)"
@@ -72,14 +74,14 @@ def test_a_failed_grid_run_leaves_the_choice_to_the_others(check):
 
 
 def test_the_estimate_follows_the_epochs_seen(check, tmp_path):
-    schedule = check.initial_schedule([("d", FakeDataset(5))], [0, 1], [1e-3], epochs_cap=20)
+    schedule = check.initial_schedule([("d", FakeDataset(5))], [0, 1], [1e-3], expected_epochs=20)
     grid_run = schedule.grid["d", "sasrec"][0]
     later = check.Job("d", "sasrec", 1, 1e-3)
     assert schedule.estimate(later, tmp_path) == 0  # nothing seen yet: no estimate
     grid_run.path(tmp_path, ".progress").parent.mkdir(parents=True)
     grid_run.path(tmp_path, ".progress").write_text("100\n130\n140\n152\n")  # start-up + epoch 1: 30 s, then 10, 12
     schedule.running[grid_run] = FakeProcess(), 100.0
-    assert schedule.estimate(later, tmp_path) == pytest.approx(30 + 11 * 19)  # the cap before a run finished
+    assert schedule.estimate(later, tmp_path) == pytest.approx(30 + 11 * 19)  # --expected-epochs before a run finished
     del schedule.running[grid_run]
     schedule.finished[grid_run] = {"epochs_run": 6}
     assert schedule.estimate(later, tmp_path) == pytest.approx(30 + 11 * 5)
