@@ -101,8 +101,7 @@ def train_one(job: Job, base: TrainConfig, runs_dir: Path) -> None:
     """The worker: train ``job``, appending the time of each validated epoch to its .progress file, and
     write its result to its .json file (test and best-validation metrics, epochs, wall seconds, case ranks)."""
     dataset = load_dataset(job.dataset)
-    progress = job.path(runs_dir, ".progress")
-    progress.write_text(f"{time.time()}\n")
+    progress = job.path(runs_dir, ".progress")  # its first line, the start, written by start_what_fits
 
     def on_epoch(epoch: int, row: dict) -> None:
         with progress.open("a") as file:
@@ -221,6 +220,7 @@ def start_what_fits(schedule: Schedule, argv: list[str], runs_dir: Path, jobs: i
             continue
         schedule.queue.remove(job)
         job.path(runs_dir).parent.mkdir(parents=True, exist_ok=True)
+        job.path(runs_dir, ".progress").write_text(f"{time.time()}\n")
         with job.path(runs_dir, ".log").open("w") as log:
             process = subprocess.Popen([sys.executable, __file__, *argv, "--run", job.argument()], stdout=log,
                                        stderr=subprocess.STDOUT)
