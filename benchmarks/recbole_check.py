@@ -254,6 +254,16 @@ def outcome(difference, margin: float) -> str:
             f"{'' if math.isfinite(difference.seed_p) else ': under 2 seeds a side'})")
 
 
+def converged_outcome(difference, margin: float, capped: int, n_runs: int, cap: int) -> str:
+    """:func:`outcome`, or "not resolved" where ``capped`` of the ``n_runs`` compared runs ended at the epoch
+    cap rather than by early stopping (the capped reading said too)."""
+    reading = outcome(difference, margin)
+    if not capped:
+        return reading
+    return (f"not resolved: {capped} of the {n_runs} runs compared reached the epoch cap ({cap}) instead of "
+            f"stopping early (the capped runs read: {reading})")
+
+
 def steps_per_epoch(dataset, config: TrainConfig) -> dict[str, int]:
     """Optimizer steps per epoch of each model: ours over training windows of max_len + 1 items, RecBole's
     over one sequence per training target (split.training_cases)."""
@@ -315,6 +325,8 @@ def dataset_section(name: str, dataset, schedule: Schedule, seeds: list[int], co
         return "\n".join([*lines, "No seed finished by both models at their chosen rates.", *left_out_lines(name,
                                                                                                           schedule)])
     table, values = result_lines(dataset, runs, common, config.epochs)
+    compared = [by_seed[seed] for by_seed in runs.values() for seed in common]
+    capped = sum(run["epochs_run"] >= config.epochs for run in compared)
     difference = paired_difference(values["per_user"][OURS], values["per_user"][THEIRS], cases=values["cases"])
     steps = steps_per_epoch(dataset, config)
     chosen = ", ".join(f"{model} {schedule.chosen[name, model]:g}" for model in MODELS)
@@ -322,7 +334,7 @@ def dataset_section(name: str, dataset, schedule: Schedule, seeds: list[int], co
               f"**Ours minus RecBole's, per-user test AUC over {difference.n_users:,} users: {difference.mean:+.4f}, "
               f"{LEVEL:.0%} paired bootstrap interval over test users [{difference.low:+.4f}, {difference.high:+.4f}], "
               f"Welch p over seeds {difference.seed_p:.3g}, Wilcoxon p {difference.wilcoxon_p:.3g}: "
-              f"{outcome(difference, margin)}.**", "",
+              f"{converged_outcome(difference, margin, capped, len(compared), config.epochs)}.**", "",
               f"Optimizer steps per epoch at batch {config.batch_size}: ours {steps[OURS]:,} (every training target "
               f"once, in windows of {config.max_len + 1}), RecBole's {steps[THEIRS]:,} (one sequence per target). "
               + wall_note(name, schedule), *left_out_lines(name, schedule)]
@@ -341,8 +353,8 @@ def left_out_lines(name: str, schedule: Schedule) -> list[str]:
     rows = [f"- {job.model} lr {job.lr:g} seed {job.seed}: {why}" for job, why in sorted(schedule.left_out.items())
             if job.dataset == name and not why.startswith("dropped")]
     dropped = sum(1 for job, why in schedule.left_out.items() if job.dataset == name and why.startswith("dropped"))
-    note = [f"{dropped} run(s) worked ahead at a rate that was then not chosen were stopped."] if dropped else []
-    return (["", "Runs without a result:", *rows] if rows else []) + ([""] + note if note else [])
+    note = ["", f"Stopped when the rate was chosen: {dropped} run(s) working ahead at a rate not chosen."]
+    return (["", "Runs without a result:", *rows] if rows else []) + (note if dropped else [])
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -101,3 +101,11 @@ def test_bad_rates_are_refused_by_name(check):
     for bad in ("1e-3,x", "0,1e-3", "1e-3,1e-3"):
         with pytest.raises(SystemExit, match="option --rates"):
             check.parse_rates(bad)
+
+
+def test_runs_at_the_cap_leave_the_verdict_open(check):
+    difference = PairedDifference(-0.015, -0.02, -0.01, True, 0.01, 100, 0.01)
+    assert check.converged_outcome(difference, 0.005, 0, 6, 50) == "worse"
+    assert check.converged_outcome(difference, 0.005, 2, 6, 50) == (
+        "not resolved: 2 of the 6 runs compared reached the epoch cap (50) instead of stopping early (the capped "
+        "runs read: worse)")
