@@ -328,12 +328,13 @@ def dataset_section(name: str, dataset, schedule: Schedule, seeds: list[int], co
     compared = [by_seed[seed] for by_seed in runs.values() for seed in common]
     capped = sum(run["epochs_run"] >= config.epochs for run in compared)
     difference = paired_difference(values["per_user"][OURS], values["per_user"][THEIRS], cases=values["cases"])
+    welch = f"{difference.seed_p:.3g}" if math.isfinite(difference.seed_p) else "n/a"
     steps = steps_per_epoch(dataset, config)
     chosen = ", ".join(f"{model} {schedule.chosen[name, model]:g}" for model in MODELS)
     lines += [f"At the chosen rates ({chosen}), seed(s) {', '.join(map(str, common))}:", "", *table, "",
               f"**Ours minus RecBole's, per-user test AUC over {difference.n_users:,} users: {difference.mean:+.4f}, "
               f"{LEVEL:.0%} paired bootstrap interval over test users [{difference.low:+.4f}, {difference.high:+.4f}], "
-              f"Welch p over seeds {difference.seed_p:.3g}, Wilcoxon p {difference.wilcoxon_p:.3g}: "
+              f"Welch p over seeds {welch}, Wilcoxon p {difference.wilcoxon_p:.3g}: "
               f"{converged_outcome(difference, margin, capped, len(compared), config.epochs)}.**", "",
               f"Optimizer steps per epoch at batch {config.batch_size}: ours {steps[OURS]:,} (every training target "
               f"once, in windows of {config.max_len + 1}), RecBole's {steps[THEIRS]:,} (one sequence per target). "
