@@ -1,19 +1,30 @@
 """The cross-implementation check: RecBole's own SASRec (through prism_rec/recbole_bridge) and this suite's
-sasrec on the same split with the same sizes and budget, both evaluated by this suite's evaluator; writes
-results/recbole_check.md (the command that made it at its top): per model the test metrics (mean over
-seeds, 95% bootstrap interval over test users of the AUC), epochs and wall time, then the paired difference
-of the per-user AUCs (ours minus RecBole's; bootstrap interval, Wilcoxon p, Welch p over seeds).
+sasrec on the same split with the same sizes and budget, tuned the same way, both evaluated by this
+suite's evaluator; writes results/recbole_check.md (the command that made it at its top).
 
-Both train with their own loss and loop: ours full-softmax cross-entropy over windows with AdamW and early
-stopping on validation AUC; RecBole's cross-entropy over its augmented prefixes with Adam, its dropout
-(0.5), and early stopping on its validation MRR@10. Sizes (d_model, layers, heads, max_len) and budget
-(epochs, patience, batch size, learning rate) are shared.
+Tuning, the same for both sides and every dataset: each learning rate of ``--rates`` trains on seed 0;
+the rate whose best checkpoint has the highest validation AUC (this suite's evaluator, for both sides) is
+chosen; the seeds of ``--seeds`` are reported at that rate. Both train with their own loss and loop until
+early stopping (``--patience`` validations without improvement) or the ``--epochs`` cap, which the report
+shows beside each best epoch: ours full-softmax cross-entropy over windows with AdamW, stopping on
+validation AUC; RecBole's cross-entropy over its augmented prefixes with Adam, its dropout (0.5), stopping
+on its validation MRR@10. Sizes (d_model, layers, heads, max_len), batch size, cap and patience are shared.
 
-    python benchmarks/recbole_check.py --datasets ml-100k --seeds 3 --epochs 50 --device cuda --budget 480
+Runs are separate processes, ``--jobs`` at once (RecBole's loop is CPU-bound Python: on one GPU under CUDA
+MPS, one process a core). The queue holds every seed-0 run of the grid, then the other seeds at every rate
+(RecBole's first, the larger dataset first), so that free processes work ahead while the slowest grid run is
+still going: once a (dataset, model) has chosen its rate, its queued and running runs at the other rates are
+dropped (a running one is stopped) and its runs at the chosen rate go before those working ahead. ``--budget``
+seconds bound the command: a run starts only when the time left covers its estimate (the longest seconds per
+epoch seen for its dataset and model, times the most epochs a finished run of them took, or ``--expected-
+epochs`` before one finished, plus the start-up seen), and a run still going at the end is stopped; the report
+lists both. Each finished run is kept in ``--runs-dir``, so the same command run again (that folder carried
+back) goes on where this one stopped.
 
-Each finished (dataset, model, seed) is kept in ``--runs-dir``, so a check larger than one command's time is
-the same command run again (``--budget`` stops starting new trainings); the report covers the seeds both
-models have finished.
+    python benchmarks/recbole_check.py --datasets ml-100k,electronics-gerec --seeds 3 --device cuda \\
+        --jobs 14 --expected-epochs 25 --budget 470
+
+(benchmarks/recbole_gpu.sh runs this on the GPU machine.)
 """
 
 from __future__ import annotations
@@ -22,9 +33,10 @@ import argparse
 import json
 import math
 import shlex
+import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,131 +44,372 @@ import torch
 
 from prism_rec.data.batching import training_windows
 from prism_rec.data.sources import load_dataset
-from prism_rec.experiments.bench import cpu_threads
 from prism_rec.files import write_atomically
 from prism_rec.options import parse_seeds
 from prism_rec.paths import RESULTS_DIR
 from prism_rec.recbole_bridge.run import fit_recbole
 from prism_rec.recbole_bridge.split import training_cases
-from prism_rec.tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
-from prism_rec.tracking.case_ranks import CaseRanks, decode, encode
+from prism_rec.tracking.bootstrap import LEVEL, bootstrap_mean_ci, paired_difference
+from prism_rec.tracking.case_ranks import decode, encode
 from prism_rec.training.config import TrainConfig
 from prism_rec.training.devices import resolve_device
 from prism_rec.training.trainer import fit
 
-MODELS = {"sasrec": fit, "recbole:SASRec": fit_recbole}
+OURS, THEIRS = "sasrec", "recbole:SASRec"
+MODELS = {OURS: fit, THEIRS: fit_recbole}
 SHOWN = ("auc", "mrr", "hit_10", "ndcg_10")
+POLL_SECONDS = 1.0
 
 
-def per_user_auc(ranks: CaseRanks, n_users: int) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True, order=True)
+class Job:
+    """One training: a model on a dataset at a seed and learning rate."""
+
+    dataset: str
+    model: str
+    seed: int
+    lr: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.model.replace(':', '_')}-lr{self.lr:g}-s{self.seed}"
+
+    def path(self, runs_dir: Path, suffix: str = ".json") -> Path:
+        return runs_dir / self.dataset / f"{self.name}{suffix}"
+
+    def argument(self) -> str:
+        return f"{self.dataset},{self.model},{self.seed},{self.lr!r}"
+
+
+def parse_job(text: str) -> Job:
+    dataset, model, seed, lr = text.split(",")
+    return Job(dataset, model, int(seed), float(lr))
+
+
+def parse_rates(text: str) -> list[float]:
+    """``--rates``: a comma list of distinct positive learning rates."""
+    try:
+        rates = [float(value) for value in text.split(",")]
+    except ValueError:
+        raise SystemExit(f"option --rates: expected a comma list of numbers, got {text!r}") from None
+    if not rates or min(rates) <= 0 or len(set(rates)) < len(rates):
+        raise SystemExit(f"option --rates: expected distinct positive learning rates, got {text!r}")
+    return rates
+
+
+def train_one(job: Job, base: TrainConfig, runs_dir: Path) -> None:
+    """The worker: train ``job``, appending the time of each validated epoch to its .progress file, and
+    write its result to its .json file (test and best-validation metrics, epochs, wall seconds, case ranks)."""
+    dataset = load_dataset(job.dataset)
+    progress = job.path(runs_dir, ".progress")  # its first line, the start, written by start_what_fits
+
+    def on_epoch(epoch: int, row: dict) -> None:
+        with progress.open("a") as file:
+            file.write(f"{time.time()}\n")
+
+    started = time.perf_counter()
+    result = MODELS[job.model](dataset, job.model, replace(base, seed=job.seed, lr=job.lr), on_epoch=on_epoch)
+    cases = result.test_case_ranks
+    run = {"test": result.test, "valid": result.valid, "best_epoch": result.best_epoch,
+           "epochs_run": result.epochs_run, "wall_seconds": time.perf_counter() - started,
+           "case_ranks": encode(cases["users"], cases["twice_rank"], cases["n_items"], cases.get("top_items"))}
+    write_atomically(job.path(runs_dir), json.dumps(run))
+
+
+@dataclass
+class Schedule:
+    """The processes of a check (module docstring): what is queued, running, finished and left out."""
+
+    queue: list[Job]
+    grid: dict[tuple[str, str], list[Job]]  # (dataset, model) -> its seed-0 runs, one per rate
+    expected_epochs: int  # a run's epochs in the estimate before a run of its dataset and model finished
+    finished: dict[Job, dict] = field(default_factory=dict)
+    running: dict[Job, tuple[subprocess.Popen, float]] = field(default_factory=dict)
+    chosen: dict[tuple[str, str], float] = field(default_factory=dict)
+    left_out: dict[Job, str] = field(default_factory=dict)  # job -> why it has no result
+
+    def choose(self) -> None:
+        """Choose the rate of every (dataset, model) whose grid runs have all ended (the best validation AUC
+        among those that finished), dropping its runs at other rates."""
+        for key, runs in self.grid.items():
+            if key in self.chosen or any(job not in self.finished and job not in self.left_out for job in runs):
+                continue
+            done = [job for job in runs if job in self.finished]
+            if not done:
+                continue
+            self.chosen[key] = max(done, key=lambda job: self.finished[job]["valid"]["auc"]).lr
+            for job in [job for job in self.queue if (job.dataset, job.model) == key and job.lr != self.chosen[key]]:
+                self.queue.remove(job)
+            for job in [job for job in self.running if (job.dataset, job.model) == key
+                        and job.lr != self.chosen[key]]:
+                self.stop(job, "dropped: its rate was not chosen")
+            self.queue.sort(key=self.priority)
+
+    def priority(self, job: Job) -> int:
+        """0 for a grid run, 1 for a run at a chosen rate, 2 for one working ahead."""
+        return 0 if job in self.grid[job.dataset, job.model] else 1 if (job.dataset, job.model) in self.chosen else 2
+
+    def stop(self, job: Job, why: str) -> None:
+        process, _ = self.running.pop(job)
+        process.terminate()
+        process.wait()
+        self.left_out[job] = why
+
+    def estimate(self, job: Job, runs_dir: Path) -> float:
+        """Seconds ``job`` is expected to take (module docstring); 0 when nothing of its kind was seen yet."""
+        same = [other for other in (*self.finished, *self.running)
+                if (other.dataset, other.model) == (job.dataset, job.model)]
+        timings = [np.loadtxt(other.path(runs_dir, ".progress"), ndmin=1) for other in same
+                   if other.path(runs_dir, ".progress").is_file()]
+        timings = [times for times in timings if len(times) >= 2]
+        if not timings:
+            return 0.0
+        per_epoch = max(float(np.diff(times[1:]).mean()) if len(times) > 2 else times[1] - times[0]
+                        for times in timings)
+        startup = max(times[1] - times[0] for times in timings)
+        epochs = max((self.finished[other]["epochs_run"] for other in same if other in self.finished),
+                     default=self.expected_epochs)
+        return startup + per_epoch * (epochs - 1)
+
+
+def initial_schedule(datasets: list, seeds: list[int], rates: list[float], expected_epochs: int) -> Schedule:
+    """The queue of the module docstring (``datasets`` as (name, dataset), larger first)."""
+    ordered = sorted(datasets, key=lambda pair: -len(pair[1].items))
+    first, later = seeds[0], seeds[1:]
+    grid = {(name, model): [Job(name, model, first, lr) for lr in rates] for name, _ in ordered for model in MODELS}
+    queue = [job for model in (THEIRS, OURS) for name, _ in ordered for job in grid[name, model]]
+    queue += [Job(name, model, seed, lr) for model in (THEIRS, OURS) for name, _ in ordered for seed in later
+              for lr in rates]
+    return Schedule(queue, grid, expected_epochs)
+
+
+def run_schedule(schedule: Schedule, argv: list[str], runs_dir: Path, jobs: int, deadline: float) -> None:
+    """Run the queue ``jobs`` processes at once until it is empty or ``deadline`` (time.time()) passes."""
+    for job in list(schedule.queue):
+        if job.path(runs_dir).exists():
+            schedule.finished[job] = json.loads(job.path(runs_dir).read_text())
+            schedule.queue.remove(job)
+    while True:
+        for job, (process, _) in list(schedule.running.items()):
+            if process.poll() is not None:
+                del schedule.running[job]
+                if process.returncode == 0 and job.path(runs_dir).exists():
+                    schedule.finished[job] = json.loads(job.path(runs_dir).read_text())
+                    report_run(job, schedule.finished[job])
+                else:
+                    schedule.left_out[job] = f"failed (exit {process.returncode}; {job.path(runs_dir, '.log')})"
+        schedule.choose()
+        if time.time() >= deadline:
+            for job in list(schedule.running):
+                schedule.stop(job, "stopped at the --budget")
+        start_what_fits(schedule, argv, runs_dir, jobs, deadline)
+        if not schedule.running:
+            for job in schedule.queue:
+                schedule.left_out[job] = "not started: the --budget left less than its estimate"
+            schedule.queue.clear()
+            return
+        time.sleep(POLL_SECONDS)
+
+
+def start_what_fits(schedule: Schedule, argv: list[str], runs_dir: Path, jobs: int, deadline: float) -> None:
+    """Start queued runs, in order, while processes are free, skipping those the time left cannot cover."""
+    for job in list(schedule.queue):
+        if len(schedule.running) >= jobs:
+            return
+        if time.time() + schedule.estimate(job, runs_dir) > deadline:
+            continue
+        schedule.queue.remove(job)
+        job.path(runs_dir).parent.mkdir(parents=True, exist_ok=True)
+        job.path(runs_dir, ".progress").write_text(f"{time.time()}\n")
+        with job.path(runs_dir, ".log").open("w") as log:
+            process = subprocess.Popen([sys.executable, __file__, *argv, "--run", job.argument()], stdout=log,
+                                       stderr=subprocess.STDOUT)
+        schedule.running[job] = process, time.time()
+
+
+def report_run(job: Job, run: dict) -> None:
+    print(f"{job.dataset} {job.model} lr {job.lr:g} seed {job.seed}: valid AUC {run['valid']['auc']:.4f} test AUC "
+          f"{run['test']['auc']:.4f} best epoch {run['best_epoch']}/{run['epochs_run']} {run['wall_seconds']:.0f} s",
+          flush=True)
+
+
+def per_user_auc(entry: dict, n_users: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-user mean test AUC [U] and case counts [U] of a run's case ranks (users without a case dropped)."""
+    ranks = decode(entry)
     counts = np.bincount(ranks.users, minlength=n_users)
     sums = np.bincount(ranks.users, weights=ranks.auc(), minlength=n_users)
     kept = counts > 0
     return sums[kept] / counts[kept], counts[kept]
 
 
-def train_runs(name: str, dataset, seeds: list[int], base: TrainConfig, runs_dir: Path, deadline: float) -> dict:
-    """Every (model, seed) of ``name``: read from ``runs_dir/<name>/<model>-s<seed>.json`` when a command
-    before trained it, else trained now and written there, until ``deadline`` (time.time()) has passed;
-    returns {model: {seed: run}}, a run being {test, best_epoch, epochs_run, wall_seconds, case_ranks}."""
-    runs = {model: {} for model in MODELS}
-    for seed in seeds:
-        for model, train in MODELS.items():
-            path = runs_dir / name / f"{model.replace(':', '_')}-s{seed}.json"
-            if path.exists():
-                runs[model][seed] = json.loads(path.read_text())
-                continue
-            if time.time() > deadline:
-                print(f"{name} {model} seed {seed}: not started (--budget spent); run the command again", flush=True)
-                continue
-            started = time.perf_counter()
-            result = train(dataset, model, replace(base, seed=seed))
-            cases = result.test_case_ranks
-            run = {"test": result.test, "best_epoch": result.best_epoch, "epochs_run": result.epochs_run,
-                   "wall_seconds": time.perf_counter() - started,
-                   "case_ranks": encode(cases["users"], cases["twice_rank"], cases["n_items"])}
-            write_atomically(path, json.dumps(run))
-            runs[model][seed] = run
-            print(f"{name} {model} seed {seed}: test AUC {result.test['auc']:.4f} best epoch "
-                  f"{result.best_epoch}/{result.epochs_run} {run['wall_seconds']:.0f} s", flush=True)
-    return runs
+def outcome(difference, margin: float) -> str:
+    """The check's verdict on ours minus RecBole's: "as good" when the interval lies within ±``margin``;
+    else "better" / "worse" when the interval over users excludes 0 and Welch's p over seeds is under 0.05;
+    else "not resolved"."""
+    if -margin <= difference.low and difference.high <= margin:
+        return f"as good (the interval lies within ±{margin:g} AUC)"
+    if difference.significant:
+        return "better" if difference.mean > 0 else "worse"
+    return (f"not resolved (the interval leaves ±{margin:g} AUC and the gap is not clear of the seed spread"
+            f"{'' if math.isfinite(difference.seed_p) else ': under 2 seeds a side'})")
+
+
+def converged_outcome(difference, margin: float, capped: int, n_runs: int, cap: int) -> str:
+    """:func:`outcome`, or "not resolved" where ``capped`` of the ``n_runs`` compared runs ended at the epoch
+    cap rather than by early stopping (the capped reading said too)."""
+    reading = outcome(difference, margin)
+    if not capped:
+        return reading
+    return (f"not resolved: {capped} of the {n_runs} runs compared reached the epoch cap ({cap}) instead of "
+            f"stopping early (the capped runs read: {reading})")
 
 
 def steps_per_epoch(dataset, config: TrainConfig) -> dict[str, int]:
     """Optimizer steps per epoch of each model: ours over training windows of max_len + 1 items, RecBole's
     over one sequence per training target (split.training_cases)."""
-    return {"sasrec": math.ceil(len(training_windows(dataset, config.max_len)) / config.batch_size),
-            "recbole:SASRec": math.ceil(len(training_cases(dataset)) / config.batch_size)}
+    return {OURS: math.ceil(len(training_windows(dataset, config.max_len)) / config.batch_size),
+            THEIRS: math.ceil(len(training_cases(dataset)) / config.batch_size)}
 
 
-def dataset_section(name: str, dataset, runs: dict, config: TrainConfig) -> str:
-    """The Markdown section of ``name`` over the seeds both models have finished."""
-    seeds = sorted(set.intersection(*(set(by_seed) for by_seed in runs.values())))
-    header = f"## {name}: {dataset.n_users:,} users, {dataset.n_items:,} items, split {dataset.options['split']}"
-    if not seeds:
-        return f"{header}\n\nNo seed finished by both models yet.\n"
-    lines = [header, "", "| model | " + " | ".join(SHOWN) + " | AUC 95% interval (test users) | best epoch / run "
-             "| wall s per seed |", "|---" * (len(SHOWN) + 4) + "|"]
+def grid_table(name: str, schedule: Schedule) -> list[str]:
+    lines = ["| model | lr | valid AUC (seed 0) | best epoch / run | wall s |", "|---|---|---|---|---|"]
+    for model in MODELS:
+        for job in schedule.grid[name, model]:
+            run = schedule.finished.get(job)
+            chosen = " (chosen)" if schedule.chosen.get((name, model)) == job.lr else ""
+            cells = ([f"{run['valid']['auc']:.4f}", f"{run['best_epoch']}/{run['epochs_run']}",
+                      f"{run['wall_seconds']:.0f}"] if run else [schedule.left_out.get(job, "—"), "", ""])
+            lines.append(f"| {model} | {job.lr:g}{chosen} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def chosen_runs(name: str, schedule: Schedule, seeds: list[int]) -> dict[str, dict[int, dict]]:
+    """{model: {seed: run}} of the finished runs at each model's chosen rate."""
+    runs = {}
+    for model in MODELS:
+        lr = schedule.chosen.get((name, model))
+        runs[model] = {seed: schedule.finished[job] for seed in seeds
+                       if (job := Job(name, model, seed, lr)) in schedule.finished} if lr is not None else {}
+    return runs
+
+
+def result_lines(dataset, runs: dict, seeds: list[int], cap: int) -> tuple[list[str], dict]:
+    """The table at the chosen rates over ``seeds`` (finished by both), and each model's per-user AUC [S, U]."""
+    lines = ["| model | " + " | ".join(SHOWN) + " | AUC 95% interval (test users) | best epoch / run per seed "
+             f"(cap {cap}) | wall s per run |", "|---" * (len(SHOWN) + 4) + "|"]
     per_user, cases = {}, None
     for model, by_seed in runs.items():
         chosen = [by_seed[seed] for seed in seeds]
-        rows = [per_user_auc(decode(run["case_ranks"]), dataset.n_users) for run in chosen]
+        rows = [per_user_auc(run["case_ranks"], dataset.n_users) for run in chosen]
         per_user[model], cases = np.stack([values for values, _ in rows]), rows[0][1]
-        weights = None if (cases == 1).all() else cases
-        low, high = bootstrap_mean_ci(per_user[model], cases=weights)
+        low, high = bootstrap_mean_ci(per_user[model], cases=None if (cases == 1).all() else cases)
         means = [np.mean([run["test"][key] for run in chosen]) for key in SHOWN]
-        epochs = ", ".join(f"{run['best_epoch']}/{run['epochs_run']}" for run in chosen)
+        epochs = ", ".join(f"{run['best_epoch']}/{run['epochs_run']}" + (" (cap)" if run["epochs_run"] >= cap else "")
+                           for run in chosen)
         wall = np.mean([run["wall_seconds"] for run in chosen])
         lines.append(f"| {model} | " + " | ".join(f"{value:.4f}" for value in means)
                      + f" | [{low:.4f}, {high:.4f}] | {epochs} | {wall:.0f} |")
-    difference = paired_difference(per_user["sasrec"], per_user["recbole:SASRec"], cases=weights)
+    return lines, {"per_user": per_user, "cases": None if (cases == 1).all() else cases}
+
+
+def dataset_section(name: str, dataset, schedule: Schedule, seeds: list[int], config: TrainConfig,
+                    margin: float) -> str:
+    """The Markdown section of ``name``: the rate grid, the results at the chosen rates over the seeds both
+    models finished, the paired difference and its verdict, and the runs left out."""
+    lines = [f"## {name}: {dataset.n_users:,} users, {dataset.n_items:,} items, split {dataset.options['split']}",
+             "", "Rate grid (seed 0; the rate with the best validation AUC is chosen):", "",
+             *grid_table(name, schedule), ""]
+    runs = chosen_runs(name, schedule, seeds)
+    common = sorted(set.intersection(*(set(by_seed) for by_seed in runs.values())))
+    if not common:
+        return "\n".join([*lines, "No seed finished by both models at their chosen rates.", *left_out_lines(name,
+                                                                                                          schedule)])
+    table, values = result_lines(dataset, runs, common, config.epochs)
+    compared = [by_seed[seed] for by_seed in runs.values() for seed in common]
+    capped = sum(run["epochs_run"] >= config.epochs for run in compared)
+    difference = paired_difference(values["per_user"][OURS], values["per_user"][THEIRS], cases=values["cases"])
+    welch = f"{difference.seed_p:.3g}" if math.isfinite(difference.seed_p) else "n/a"
     steps = steps_per_epoch(dataset, config)
-    lines += ["", f"Optimizer steps per epoch at batch {config.batch_size}: ours {steps['sasrec']:,} (every training "
-              f"target once, in windows of {config.max_len + 1}), RecBole's {steps['recbole:SASRec']:,} (one "
-              "sequence per target): at equal epochs RecBole takes "
-              f"{steps['recbole:SASRec'] / steps['sasrec']:.0f}x the steps, so only converged runs (early "
-              "stopping, not the epoch cap) say whether the two are equally good.",
-              "", f"Ours minus RecBole's, per-user test AUC over {difference.n_users:,} users and seed(s) "
-              f"{', '.join(map(str, seeds))}: {difference.mean:+.4f}, 95% interval [{difference.low:+.4f}, "
-              f"{difference.high:+.4f}], Wilcoxon p {difference.wilcoxon_p:.3g}, Welch p over seeds "
-              f"{difference.seed_p:.3g}: {verdict(difference)}.", ""]
-    return "\n".join(lines)
+    chosen = ", ".join(f"{model} {schedule.chosen[name, model]:g}" for model in MODELS)
+    lines += [f"At the chosen rates ({chosen}), seed(s) {', '.join(map(str, common))}:", "", *table, "",
+              f"**Ours minus RecBole's, per-user test AUC over {difference.n_users:,} users: {difference.mean:+.4f}, "
+              f"{LEVEL:.0%} paired bootstrap interval over test users [{difference.low:+.4f}, {difference.high:+.4f}], "
+              f"Welch p over seeds {welch}, Wilcoxon p {difference.wilcoxon_p:.3g}: "
+              f"{converged_outcome(difference, margin, capped, len(compared), config.epochs)}.**", "",
+              f"Optimizer steps per epoch at batch {config.batch_size}: ours {steps[OURS]:,} (every training target "
+              f"once, in windows of {config.max_len + 1}), RecBole's {steps[THEIRS]:,} (one sequence per target). "
+              + wall_note(name, schedule), *left_out_lines(name, schedule)]
+    return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
+def wall_note(name: str, schedule: Schedule) -> str:
+    """Each side's training seconds on ``name`` in all (grid and seeds, dropped runs not counted)."""
+    totals = {model: sum(run["wall_seconds"] for job, run in schedule.finished.items()
+                         if (job.dataset, job.model) == (name, model)) for model in MODELS}
+    return (f"Wall seconds of the finished runs in all: ours {totals[OURS]:.0f}, RecBole's {totals[THEIRS]:.0f} "
+            "(each run shared the machine with the other runs going at the time).")
+
+
+def left_out_lines(name: str, schedule: Schedule) -> list[str]:
+    rows = [f"- {job.model} lr {job.lr:g} seed {job.seed}: {why}" for job, why in sorted(schedule.left_out.items())
+            if job.dataset == name and not why.startswith("dropped")]
+    dropped = sum(1 for job, why in schedule.left_out.items() if job.dataset == name and why.startswith("dropped"))
+    note = ["", f"Stopped when the rate was chosen: {dropped} run(s) working ahead at a rate not chosen."]
+    return (["", "Runs without a result:", *rows] if rows else []) + (note if dropped else [])
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", default="ml-100k", help="comma list")
-    parser.add_argument("--seeds", default="3", help="a count N (seeds 0..N-1) or a comma list")
-    parser.add_argument("--epochs", type=int, default=50)
+    parser.add_argument("--datasets", default="ml-100k,electronics-gerec", help="comma list")
+    parser.add_argument("--seeds", default="3", help="a count N (seeds 0..N-1) or a comma list; the first tunes")
+    parser.add_argument("--rates", default="3e-4,1e-3,3e-3", help="the learning-rate grid (comma list)")
+    parser.add_argument("--epochs", type=int, default=50, help="the epoch cap")
+    parser.add_argument("--expected-epochs", type=int, help="a run's epochs in the time estimate before a run of "
+                        "its dataset and model finished (default: the cap)")
     parser.add_argument("--patience", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--n-layers", type=int, default=2)
     parser.add_argument("--n-heads", type=int, default=2)
     parser.add_argument("--max-len", type=int, default=50)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (separate processes)")
+    parser.add_argument("--margin", type=float, default=0.005, help="AUC difference taken as equally good")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "recbole_check.md")
     parser.add_argument("--runs-dir", type=Path, default=Path("build/recbole_check"),
-                        help="each finished (dataset, model, seed) is kept here; a later command reuses it")
-    parser.add_argument("--budget", type=float, default=math.inf,
-                        help="seconds after which no new training starts (the report covers what finished)")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(cpu_threads("auto"))
+                        help="each finished run is kept here; a later command reuses it")
+    parser.add_argument("--budget", type=float, default=math.inf, help="seconds the command may take")
+    parser.add_argument("--run", type=parse_job, help=argparse.SUPPRESS)  # a worker's one run
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    if args.jobs < 1 or args.threads < 1 or args.budget <= 0:
+        raise SystemExit("options --jobs and --threads must be >= 1 and --budget > 0")
+    torch.set_num_threads(args.threads)
     base = TrainConfig(d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, max_len=args.max_len,
-                       batch_size=args.batch_size, lr=args.lr, epochs=args.epochs, patience=args.patience,
-                       device=args.device, progress=False)
-    command = "python benchmarks/recbole_check.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    deadline, sections = time.time() + args.budget, []
-    for name in args.datasets.split(","):
-        dataset = load_dataset(name)
-        runs = train_runs(name, dataset, parse_seeds(args.seeds), base, args.runs_dir, deadline)
-        sections.append(dataset_section(name, dataset, runs, base))
+                       batch_size=args.batch_size, epochs=args.epochs, patience=args.patience, device=args.device,
+                       progress=False)
+    base.validate()
+    if args.run is not None:
+        return train_one(args.run, base, args.runs_dir)
+    deadline, seeds, rates = time.time() + args.budget, parse_seeds(args.seeds), parse_rates(args.rates)
+    datasets = [(name, load_dataset(name)) for name in args.datasets.split(",")]  # caches made before any run
+    schedule = initial_schedule(datasets, seeds, rates, args.expected_epochs or args.epochs)
+    started = time.perf_counter()
+    run_schedule(schedule, argv, args.runs_dir, args.jobs, deadline)
+    command = "python benchmarks/recbole_check.py " + shlex.join(argv)
+    sections = [dataset_section(name, dataset, schedule, seeds, base, args.margin) for name, dataset in datasets]
     text = ("# RecBole's SASRec and ours on the same split\n\n"
-            f"Made by `{command}` (benchmarks/recbole_check.py says what each side trains with). Test metrics of "
-            "this suite's evaluator: full ranking over all items, history kept. Trained on "
-            f"{resolve_device(args.device)} (wall times are that machine's as it ran, other work included).\n\n"
+            f"Made by `{command}` in {time.perf_counter() - started:.0f} s on {resolve_device(args.device)} with up "
+            f"to {args.jobs} runs at once (benchmarks/recbole_check.py says how each side trains and how both are "
+            f"tuned). Learning rates {', '.join(f'{lr:g}' for lr in rates)}; patience {args.patience}, epoch cap "
+            f"{args.epochs}, d_model {args.d_model}, {args.n_layers} layers, {args.n_heads} heads, max_len "
+            f"{args.max_len}, batch {args.batch_size}. Test metrics of this suite's evaluator: full ranking over all "
+            "items, history kept.\n\n"
             + "\n".join(sections))
     write_atomically(args.out, text)
     print(text)

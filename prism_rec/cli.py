@@ -106,9 +106,9 @@ def command_bench(args) -> None:
 
 
 def command_tables(args) -> None:
-    from .tracking.tables import write_all_tables
+    from .tracking.tables import parse_table_metrics, write_all_tables
 
-    for path in write_all_tables(args.results_dir):
+    for path in write_all_tables(args.results_dir, parse_table_metrics(args.metrics)):
         print(f"wrote {path}")
 
 
@@ -181,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     tables = commands.add_parser("tables", help="rebuild results/local/<dataset>/auc.md from the MLflow store")
     tables.add_argument("--results-dir", default=LOCAL_RESULTS_DIR)
+    tables.add_argument("--metrics", default="", help="columns after the default ones (AUC, Hit/NDCG@10,200,500), "
+                        "e.g. mrr,ndcg_20,coverage_10,avg_pop_10 (coverage/avg_pop: runs evaluated since they exist)")
     tables.set_defaults(func=command_tables)
 
     import_runs = commands.add_parser("import-runs",

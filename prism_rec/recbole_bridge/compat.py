@@ -20,16 +20,27 @@ import sys
 import numpy as np
 import torch
 
-# module -> the pip requirement that provides it (pyproject.toml's `recbole` extra, plus recbole itself)
+# module -> the pip requirement that provides it: recbole itself, the pyproject ``recbole`` extra (at recbole's
+# own pins where it has them), what recbole's evaluator and trainer import besides (scikit-learn, tqdm, pandas,
+# scipy, pyyaml) and what torch.utils.tensorboard's SummaryWriter, which RecBole's trainer makes, imports
+# (tensorboard with protobuf and absl-py)
 REQUIRED_MODULES = {"recbole": "recbole==1.2.1 (--no-deps)", "colorlog": "colorlog==4.7.2",
                     "colorama": "colorama==0.4.4", "texttable": "texttable>=0.9", "tensorboard": "tensorboard>=2.5",
-                    "yaml": "pyyaml>=5.1", "scipy": "scipy", "pandas": "pandas"}
+                    "google.protobuf": "protobuf", "absl": "absl-py", "yaml": "pyyaml>=5.1", "scipy": "scipy",
+                    "pandas": "pandas", "sklearn": "scikit-learn", "tqdm": "tqdm"}
 NUMPY_ALIASES = (("float_", "float64"), ("complex_", "complex128"), ("unicode_", "str_"))
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent is missing (google.protobuf without google)
+        return False
 
 
 def missing_modules() -> list[str]:
     """The requirements of :data:`REQUIRED_MODULES` whose module cannot be imported here."""
-    return [requirement for module, requirement in REQUIRED_MODULES.items() if importlib.util.find_spec(module) is None]
+    return [requirement for module, requirement in REQUIRED_MODULES.items() if not _importable(module)]
 
 
 def import_recbole():

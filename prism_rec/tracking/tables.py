@@ -13,11 +13,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..errors import OptionError
 from ..files import write_atomically
 from ..markdown import pipe_table
 from ..names import NAME_PATTERN, inside, path_name
 from ..paths import RESULTS_DIR
 from ..registry import trains
+from ..training.candidates import SAMPLED_LABEL, candidates_description
 from ..training.metrics import METRIC_NAMES
 from .case_ranks import decode
 from .cells import Cell, runs_label
@@ -26,8 +28,26 @@ from .records import CASE_RANKS_ARTIFACT
 from .store import experiment_id
 
 LOCAL_RESULTS_DIR = RESULTS_DIR / "local"  # a user's benches (git-ignored)
-COLUMN_TITLES = {"auc": "AUC", **{f"{kind}_{k}": f"{kind.upper() if kind == 'ndcg' else 'Hit'}@{k}"
-                                  for kind in ("hit", "ndcg") for k in (10, 200, 500)}}
+TITLES = {"auc": "AUC", "mrr": "MRR", "hit": "Hit", "ndcg": "NDCG", "coverage": "Coverage", "avg_pop": "AvgPop"}
+
+
+def parse_table_metrics(text: str) -> tuple[str, ...]:
+    """``prism-rec tables --metrics`` (a comma list such as "mrr,ndcg_20,coverage_10"); an unknown name raises
+    OptionError naming the option."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    for name in names:
+        kind, _, k = name.rpartition("_")
+        at_cutoff = kind in ("hit", "ndcg", "coverage", "avg_pop") and k.isdigit() and int(k) >= 1
+        if name not in ("auc", "mrr") and not at_cutoff:
+            raise OptionError(f"option --metrics: unknown metric {name!r} (auc, mrr, or hit_K, ndcg_K, coverage_K, "
+                              "avg_pop_K with K >= 1)")
+    return names
+
+
+def column_title(name: str) -> str:
+    """A metric's column title: "auc" -> "AUC", "ndcg_10" -> "NDCG@10", "avg_pop_10" -> "AvgPop@10"."""
+    kind, _, k = name.rpartition("_")
+    return TITLES[name] if name in TITLES else f"{TITLES[kind]}@{k}"
 
 
 PROTOCOL_PARAMS = ("d_model", "dropout", "max_len", "batch_size", "lr", "weight_decay", "epochs", "patience", "loss",
@@ -61,13 +81,22 @@ def finished_child_runs(experiment: str) -> tuple[pd.DataFrame, int]:
     return same_protocol.drop_duplicates(["tags.model", "tags.seed"], keep="first"), len(runs) - len(same_protocol)
 
 
-def store_cells(runs: pd.DataFrame, dataset: str = "") -> list[Cell]:
+def evaluation_of(run: pd.Series) -> str:
+    """candidates_description of an MLflow run's evaluation options (a run from before them: full ranking)."""
+    sampled, excluded = (LATER_PARAMS[name] if pd.isna(run.get(name)) else run.get(name)
+                         for name in ("params.sampled", "params.exclude_history"))
+    return candidates_description(str(sampled), str(excluded) == "True")
+
+
+def store_cells(runs: pd.DataFrame, dataset: str = "", metrics: tuple[str, ...] = METRIC_NAMES) -> list[Cell]:
     """One cell per model of ``runs`` (MLflow child runs; models sorted, runs in the frame's order), each run
-    {"run_id", "n_parameters", "test_<metric>"}."""
+    {"run_id", "n_parameters", "evaluation" (:func:`evaluation_of`), "test_<metric>" of ``metrics``} (NaN where
+    a run did not log the metric)."""
     cells = []
     for model, group in runs.groupby("tags.model", sort=True):
         rows = [{"run_id": row.get("run_id"), "n_parameters": row["metrics.n_parameters"],
-                 **{f"test_{name}": row[f"metrics.test_{name}"] for name in METRIC_NAMES}}
+                 "evaluation": evaluation_of(row),
+                 **{f"test_{name}": row.get(f"metrics.test_{name}", np.nan) for name in metrics}}
                 for _, row in group.iterrows()]
         cells.append(Cell(dataset, model, rows, len(rows)))
     return cells
@@ -95,15 +124,18 @@ def with_test_user_ranks(cells: list[Cell]) -> list[Cell]:
     return cells
 
 
-def summarise(cells: list[Cell], intervals: bool = False) -> pd.DataFrame:
-    """A row per cell: model, n_seeds, n_parameters, <metric>_mean and <metric>_std over seeds; with
-    ``intervals`` also n_users, auc_ci_low and auc_ci_high (NaN for a cell without per-user AUC)."""
+def summarise(cells: list[Cell], intervals: bool = False, metrics: tuple[str, ...] = METRIC_NAMES) -> pd.DataFrame:
+    """A row per cell: model, n_seeds, n_parameters, evaluation (its runs' :func:`evaluation_of`),
+    <metric>_mean and <metric>_std over seeds of ``metrics``; with ``intervals`` also n_users, auc_ci_low
+    and auc_ci_high (NaN for a cell without per-user AUC)."""
     rows = []
     for cell in cells:
-        row = {"model": cell.model, "n_seeds": len(cell.runs), "n_parameters": int(cell.runs[0]["n_parameters"])}
-        for name in METRIC_NAMES:
-            row[f"{name}_mean"] = cell.metric_mean(name)
-            row[f"{name}_std"] = cell.metric_std(name)
+        row = {"model": cell.model, "n_seeds": len(cell.runs), "n_parameters": int(cell.runs[0]["n_parameters"]),
+               "evaluation": cell.runs[0].get("evaluation", candidates_description("none", False))}
+        for name in metrics:
+            logged = not np.isnan(cell.values(name)).any()  # a metric some run did not log: NaN
+            row[f"{name}_mean"] = cell.metric_mean(name) if logged else np.nan
+            row[f"{name}_std"] = cell.metric_std(name) if logged else np.nan
         if intervals:
             low, high = cell.ci if cell.ci else (np.nan, np.nan)
             row.update(n_users=np.nan if cell.per_user is None else cell.per_user.shape[1], auc_ci_low=low,
@@ -112,20 +144,27 @@ def summarise(cells: list[Cell], intervals: bool = False) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def summary_metrics(summary: pd.DataFrame) -> tuple[str, ...]:
+    """The metrics of a :func:`summarise` frame, in its order."""
+    return tuple(column.removesuffix("_mean") for column in summary if column.endswith("_mean"))
+
+
 def markdown_table(summary: pd.DataFrame) -> str:
-    """Markdown rows with the best mean of each metric in bold; where ``summary`` has auc_ci_low and
-    auc_ci_high, a column with that interval (and the number of test users) after AUC."""
-    intervals = "auc_ci_low" in summary
-    header = ["Model", *(COLUMN_TITLES[name] for name in METRIC_NAMES), "Params", "Seeds"]
+    """Markdown rows of the metrics of ``summary`` with the best mean of each in bold (a sampled evaluation's
+    titled "(sampled)", spread_note says what that means); where ``summary`` has auc_ci_low and auc_ci_high,
+    a column with that interval (and the number of test users) after AUC."""
+    intervals, metrics = "auc_ci_low" in summary, summary_metrics(summary)
+    sampled = " (sampled)" if _sampled(summary) else ""
+    header = ["Model", *(column_title(name) + sampled for name in metrics), "Params", "Seeds"]
     if intervals:
         header[2:2] = ["AUC 95% CI (test users)"]
     rows = []
-    best = {name: summary[f"{name}_mean"].max() for name in METRIC_NAMES}
+    best = {name: summary[f"{name}_mean"].max() for name in metrics}
     for _, row in summary.iterrows():
         cells = [row["model"]]
-        for name in METRIC_NAMES:
+        for name in metrics:
             mean, std = row[f"{name}_mean"], row[f"{name}_std"]
-            text = f"{mean:.4f}" + ("" if np.isnan(std) else f" ± {std:.4f}")
+            text = "—" if np.isnan(mean) else f"{mean:.4f}" + ("" if np.isnan(std) else f" ± {std:.4f}")
             cells.append(f"**{text}**" if mean == best[name] else text)
         if intervals:
             cells[2:2] = ["—" if np.isnan(row["auc_ci_low"]) else
@@ -136,16 +175,25 @@ def markdown_table(summary: pd.DataFrame) -> str:
     return pipe_table(header, rows, align="l" * len(header))
 
 
+def _sampled(summary: pd.DataFrame) -> bool:
+    return "evaluation" in summary and summary["evaluation"].str.startswith(SAMPLED_LABEL).any()
+
+
 def spread_note(summary: pd.DataFrame) -> str:
-    """What the ± and the interval of a table mean, with one seed per model said as such."""
+    """What the ± and the interval of a table mean, with one seed per model said as such, and what each
+    test case ranks its target against (:func:`evaluation_of`; the per-user AUC of the interval always
+    against all items)."""
     trained = summary[[trains(model) for model in summary["model"]]]
     seeds = ("One seed per model: no std over seeds (pass --seeds N for one)." if (trained["n_seeds"] == 1).all()
              else "Mean ± sample std over seeds (a model with one seed has no ±).")
     if len(trained) < len(summary):
         seeds += " A model that does not train (pop) is deterministic: one run."
-    return (f"{seeds} The 95% CI is a bootstrap over test users of the seed-averaged per-user AUC; each test "
-            "case ranks its target against all items (ties count 1/2 in AUC, against the target in Hit/NDCG). "
-            "Best mean per column in bold.")
+    evaluations = sorted(set(summary["evaluation"])) if "evaluation" in summary else [candidates_description(
+        "none", False)]
+    interval = ("the seed-averaged per-user AUC" if evaluations == [candidates_description("none", False)]
+                else "the seed-averaged per-user full-ranking AUC (all items, history kept)")
+    return (f"{seeds} The 95% CI is a bootstrap over test users of {interval}; {'; '.join(evaluations)} (ties "
+            "count 1/2 in AUC, against the target in Hit/NDCG). Best mean per column in bold.")
 
 
 def table_folder(results_dir: Path, dataset: str) -> Path:
@@ -159,13 +207,16 @@ def table_folder(results_dir: Path, dataset: str) -> Path:
     return folder
 
 
-def write_tables(dataset: str, results_dir: Path = LOCAL_RESULTS_DIR) -> tuple[Path, Path, Path]:
+def write_tables(dataset: str, results_dir: Path = LOCAL_RESULTS_DIR,
+                 extra_metrics: tuple[str, ...] = ()) -> tuple[Path, Path, Path]:
     """Write auc.md, auc.csv and the bar chart auc.png from the store into results_dir/<dataset> (or its
-    store/ folder, see table_folder); returns their paths."""
+    store/ folder, see table_folder), with the columns of ``extra_metrics`` (e.g. mrr, coverage_10) after
+    the default ones; returns their paths."""
     runs, other_protocols = finished_child_runs(dataset)
     if runs.empty:
         raise ValueError(f"no finished runs for dataset {dataset!r} in the tracking store")
-    summary = summarise(with_test_user_ranks(store_cells(runs, dataset)), intervals=True)
+    metrics = METRIC_NAMES + tuple(name for name in extra_metrics if name not in METRIC_NAMES)
+    summary = summarise(with_test_user_ranks(store_cells(runs, dataset, metrics)), intervals=True, metrics=metrics)
     folder = table_folder(results_dir, dataset)
     folder.mkdir(parents=True, exist_ok=True)
     commands = sorted(set(runs["tags.command"].dropna()))
@@ -175,7 +226,7 @@ def write_tables(dataset: str, results_dir: Path = LOCAL_RESULTS_DIR) -> tuple[P
                 for name, column in (("torch", "tags.torch_version"),
                                      ("Triton", "tags.triton_version")) if column in runs]
     lines = [
-        f"# {dataset}: full-ranking test metrics",
+        f"# {dataset}: {'sampled' if _sampled(summary) else 'full-ranking'} test metrics",
         "",
         spread_note(summary),
         "",
@@ -193,12 +244,13 @@ def write_tables(dataset: str, results_dir: Path = LOCAL_RESULTS_DIR) -> tuple[P
     markdown_path, csv_path = folder / "auc.md", folder / "auc.csv"
     write_atomically(markdown_path, "\n".join(lines) + "\n")
     write_atomically(csv_path, summary.to_csv(index=False, float_format="%.6f"))
-    chart_path = auc_chart(summary, f"{dataset}: full-ranking test AUC", folder / "auc.png")
+    chart_path = auc_chart(summary, f"{dataset}: {'sampled' if _sampled(summary) else 'full-ranking'} test AUC",
+                           folder / "auc.png")
     return markdown_path, csv_path, chart_path
 
 
-def write_all_tables(results_dir: Path = LOCAL_RESULTS_DIR) -> list[Path]:
-    """Rebuild the table of every experiment that holds benchmark runs."""
+def write_all_tables(results_dir: Path = LOCAL_RESULTS_DIR, extra_metrics: tuple[str, ...] = ()) -> list[Path]:
+    """Rebuild the table of every experiment that holds benchmark runs (write_tables' ``extra_metrics``)."""
     import mlflow
 
     from .store import tracking_uri
@@ -209,5 +261,5 @@ def write_all_tables(results_dir: Path = LOCAL_RESULTS_DIR) -> list[Path]:
         if not NAME_PATTERN.match(experiment.name):  # made by an older import: never a folder
             print(f"experiment {experiment.name!r} skipped: not a plain name, so no table folder", file=sys.stderr)
         elif experiment.name != "Default" and not finished_child_runs(experiment.name)[0].empty:
-            written.append(write_tables(experiment.name, results_dir)[0])
+            written.append(write_tables(experiment.name, results_dir, extra_metrics)[0])
     return written

@@ -15,6 +15,7 @@ from ..data.core import ProcessedDataset
 from ..models.popularity import training_counts
 
 SAMPLERS = ("uniform", "popularity")
+SAMPLED_LABEL = "sampled: for comparison with papers that sample only"  # on every table of a sampled metric
 
 
 def parse_sampled(spec: str) -> tuple[str, int] | None:
@@ -26,6 +27,18 @@ def parse_sampled(spec: str) -> tuple[str, int] | None:
     if sampler not in SAMPLERS or not count.isdigit() or int(count) < 1:
         raise ValueError(f"option --sampled: expected none, uniform:N or popularity:N with N >= 1, got {spec!r}")
     return sampler, int(count)
+
+
+def candidates_description(sampled: str, exclude_history: bool) -> str:
+    """What each test case ranks its target against in an evaluation with these options, as a table says it;
+    a sampled one opens with :data:`SAMPLED_LABEL`."""
+    parsed = parse_sampled(sampled)
+    history = ", history excluded" if exclude_history else ""
+    if parsed is not None:
+        sampler, count = parsed
+        return f"{SAMPLED_LABEL}: each test case ranks its target against {count} {sampler}-sampled negatives{history}"
+    return ("each test case ranks its target against the items outside the user's history" if exclude_history
+            else "each test case ranks its target against all items")
 
 
 def history_mask(dataset: ProcessedDataset, cases: np.ndarray) -> np.ndarray:

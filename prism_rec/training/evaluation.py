@@ -1,6 +1,7 @@
 """Evaluation of a trained recommender on (user, position) cases: metric means in the run's evaluation mode
-(full ranking by default; history excluded or sampled negatives, candidates.py), and each case's
-full-ranking rank for the paired tests (prism_rec/tracking/case_ranks.py)."""
+(full ranking by default; history excluded or sampled negatives, candidates.py), and each test case's
+full-ranking rank for the paired tests and its top-K items for the beyond-accuracy metrics
+(prism_rec/tracking/case_ranks.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,19 @@ from tqdm.auto import tqdm
 
 from ..data.batching import evaluation_batch
 from ..data.core import ProcessedDataset
+from ..models.popularity import training_counts
 from .candidates import history_mask, sample_negatives
 from .config import TrainConfig
 from .distributed import SINGLE_PROCESS, World
-from .metrics import MetricMeans, candidate_counts, metric_names, metrics_from_counts
+from .metrics import (
+    MetricMeans,
+    beyond_accuracy,
+    candidate_counts,
+    kept_top_k,
+    metric_names,
+    metrics_from_counts,
+    top_items,
+)
 
 
 def case_scores(model, histories: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
@@ -33,39 +43,49 @@ def evaluate(model, dataset: ProcessedDataset, cases: np.ndarray, config: TrainC
              case_ranks: dict | None = None) -> dict[str, float]:
     """Metrics of ``cases`` (user, position) rows at ``config.cutoffs`` among the candidates that
     ``config.exclude_history`` and ``config.sampled`` choose, batched on ``device``; in a data-parallel world
-    every rank ranks its share of the cases and the metric sums and counts are added up. A ``case_ranks``
-    dict receives every case's user and full-ranking twice-rank (2 * above + tied others among all items,
-    history kept, case_ranks.py) as arrays "users" and "twice_rank", in the order of ``cases``, and "n_items"."""
+    every rank ranks its share of the cases and the metric sums and counts are added up.
+
+    A ``case_ranks`` dict (a test evaluation) receives, in the order of ``cases``, every case's user and
+    full-ranking twice-rank (2 * above + tied others among all items, history kept, case_ranks.py) as arrays
+    "users" and "twice_rank", "n_items", and "top_items" [C, K]: the case's top K = metrics.kept_top_k item
+    columns among all items (less the history with ``exclude_history``; a sampled evaluation keeps this
+    full-ranking list too, a list of sampled candidates having no coverage); the returned metrics then also
+    hold coverage@K and average popularity@K of those lists (metrics.beyond_accuracy)."""
     model.eval()
     names = metric_names(config.cutoffs)
     means = MetricMeans(names)
     negatives = (world.share(sample_negatives(dataset, cases, config.sampled, config.seed, config.exclude_history))
                  if config.sampled != "none" else None)  # [C', N]
     own_cases = world.share(cases)
-    own_ranks = []
+    own_ranks, own_top = [], []
     batches = range(0, len(own_cases), config.eval_batch_size)
     for start in tqdm(batches, desc=description, leave=False, disable=not (config.progress and world.is_main)):
         batch = own_cases[start : start + config.eval_batch_size]
         histories, targets = evaluation_batch(dataset, batch, config.max_len)
         scores = case_scores(model, torch.from_numpy(histories).to(device), torch.from_numpy(batch[:, 0]).to(device))
         targets = torch.from_numpy(targets - 1).to(device)
+        excluded = (torch.from_numpy(history_mask(dataset, batch)).to(device)
+                    if config.exclude_history else None)  # [C, I]
         above, tied_others, n_all = candidate_counts(scores, targets)  # [C] each
         if negatives is not None:
             counts = candidate_counts(scores, targets, negatives=torch.from_numpy(
                 negatives[start : start + config.eval_batch_size]).to(device))
-        elif config.exclude_history:
-            excluded = torch.from_numpy(history_mask(dataset, batch)).to(device)  # [C, I]
+        elif excluded is not None:
             counts = candidate_counts(scores, targets, excluded=excluded)
         else:
             counts = above, tied_others, n_all
         means.add(metrics_from_counts(*counts, config.cutoffs))
         if case_ranks is not None:
             own_ranks.append((2 * above + tied_others).cpu().numpy())
-    if case_ranks is not None:
-        ranks = np.concatenate(world.gather_objects(np.concatenate(own_ranks) if own_ranks else np.zeros(0, np.int64)))
-        case_ranks.update(users=cases[:, 0].copy(), twice_rank=ranks, n_items=dataset.n_items)
+            own_top.append(top_items(scores, kept_top_k(config.cutoffs), excluded).cpu().numpy())
     if world.distributed:
         totals = world.sum([means.sums[name] for name in names] + [means.count], device)
         means = MetricMeans(names)
         means.add_sums(dict(zip(names, totals[:-1])), int(totals[-1]))
-    return means.means()
+    if case_ranks is None:
+        return means.means()
+    k = kept_top_k(config.cutoffs)
+    ranks = np.concatenate(world.gather_objects(np.concatenate(own_ranks) if own_ranks else np.zeros(0, np.int64)))
+    top = np.concatenate(world.gather_objects(np.concatenate(own_top) if own_top else np.zeros((0, k), np.int64)))
+    case_ranks.update(users=cases[:, 0].copy(), twice_rank=ranks, n_items=dataset.n_items, top_items=top)
+    return {**means.means(), **beyond_accuracy(top, training_counts(dataset), config.cutoffs)}

@@ -7,13 +7,21 @@ For one test case with target score s* among n candidates (the target included):
 Every metric is averaged over test cases. The candidates are every item by default (history items kept);
 :func:`candidate_counts` narrows them to the items outside the user's history (``excluded``) or to the target
 and N sampled negatives (``negatives``).
+
+Beyond accuracy, from each case's top-K recommended items (:func:`top_items`, the K of :func:`kept_top_k`):
+- coverage@K = #distinct items in any case's top K / n_items
+- average popularity@K = mean over cases of the mean training count (training rows only) of its top K items
+These are not means of per-case values that a data-parallel world can add up, so they come from the kept
+lists of every case (evaluation.evaluate with ``case_ranks``).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 CUTOFFS = (10, 200, 500)  # the default table's cutoffs: every evaluation computes them
+TOP_K_LIMIT = 50  # the most top items a test evaluation keeps per case (case_ranks.py stores them)
 METRIC_NAMES = ("auc",) + tuple(f"{kind}_{k}" for k in CUTOFFS for kind in ("hit", "ndcg"))  # the table's columns
 
 
@@ -25,6 +33,44 @@ def metric_names(cutoffs: tuple[int, ...] = CUTOFFS) -> tuple[str, ...]:
 def evaluation_cutoffs(cutoffs: tuple[int, ...]) -> tuple[int, ...]:
     """The cutoffs computed for a run asking for ``cutoffs``: those and the table's (sorted, once each)."""
     return tuple(sorted(set(CUTOFFS) | set(cutoffs)))
+
+
+def kept_top_k(cutoffs: tuple[int, ...] = CUTOFFS) -> int:
+    """How many top items a test evaluation keeps per case: the largest of :func:`evaluation_cutoffs` up to
+    :data:`TOP_K_LIMIT` (10 at the default cutoffs), the largest K of coverage@K and average popularity@K."""
+    return max(k for k in evaluation_cutoffs(cutoffs) if k <= TOP_K_LIMIT)
+
+
+def beyond_accuracy_names(cutoffs: tuple[int, ...] = CUTOFFS) -> tuple[str, ...]:
+    """The beyond-accuracy metrics a test evaluation with ``cutoffs`` reports: coverage_K and avg_pop_K."""
+    return tuple(f"{kind}_{k}" for k in evaluation_cutoffs(cutoffs) if k <= kept_top_k(cutoffs)
+                 for kind in ("coverage", "avg_pop"))
+
+
+def top_items(scores: torch.Tensor, k: int, excluded: torch.Tensor | None = None) -> torch.Tensor:
+    """Item columns [N, k] of the ``k`` highest scores of [N, n_items], best first, ties going to the lower
+    column; columns ``excluded`` marks (bool [N, n_items]) are never among them."""
+    if excluded is not None:
+        scores = scores.masked_fill(excluded, -torch.inf)
+    return torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
+
+
+def beyond_accuracy(top: np.ndarray, counts: np.ndarray, cutoffs: tuple[int, ...] = CUTOFFS) -> dict[str, float]:
+    """Coverage@K and average popularity@K (module docstring) of the kept top items [N, K'] (item columns, best
+    first) of every case, with ``counts`` [n_items] the items' training counts, at every K of
+    :func:`beyond_accuracy_names`."""
+    top = np.asarray(top)
+    if top.ndim != 2 or not len(top):
+        raise ValueError(f"beyond-accuracy metrics need top items [N, K] of at least one case, got {top.shape}")
+    metrics = {}
+    for name in beyond_accuracy_names(cutoffs):
+        kind, _, k = name.rpartition("_")
+        if int(k) > top.shape[1]:
+            raise ValueError(f"{name}: the run kept only its top {top.shape[1]} items per case")
+        head = top[:, : int(k)]  # [N, k]
+        metrics[name] = (len(np.unique(head)) / len(counts) if kind == "coverage"
+                         else float(np.asarray(counts, dtype=np.float64)[head].mean()))
+    return metrics
 
 
 def target_counts(scores: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

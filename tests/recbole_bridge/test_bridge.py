@@ -140,3 +140,20 @@ def test_bench_runs_a_bridged_model_beside_ours(dataset, store, tmp_path, monkey
     assert bridged["params.precision"] == "fp32" and 0 <= bridged["metrics.test_hit_3"] <= 1
     assert "case_ranks.json" in {a.path for a in mlflow.MlflowClient().list_artifacts(bridged["run_id"])}
     assert not {"log", "log_tensorboard", "saved"} & {path.name for path in tmp_path.iterdir()}  # RecBole's cwd output
+
+
+def test_missing_requirements_are_named(monkeypatch):
+    from prism_rec.recbole_bridge import compat
+
+    assert compat.missing_modules() == []  # this environment has all of them
+    real = compat.importlib.util.find_spec
+
+    def without(name, *args):
+        if name == "google.protobuf":
+            raise ModuleNotFoundError("No module named 'google'")
+        return None if name in ("texttable", "colorlog") else real(name, *args)
+
+    monkeypatch.setattr(compat.importlib.util, "find_spec", without)
+    assert compat.missing_modules() == ["colorlog==4.7.2", "texttable>=0.9", "protobuf"]
+    with pytest.raises(ImportError, match=r"the RecBole bridge needs colorlog==4.7.2, texttable>=0.9, protobuf: pip"):
+        import_recbole()

@@ -1,7 +1,9 @@
 """AUC table formatting: column titles line up with values, best mean in bold, std over seeds."""
 
 import pandas as pd
+import pytest
 
+from prism_rec.errors import OptionError
 from prism_rec.tracking import tables
 from prism_rec.tracking.tables import markdown_table, store_cells, summarise
 from prism_rec.training.metrics import METRIC_NAMES
@@ -57,3 +59,26 @@ def test_a_store_table_does_not_replace_the_headline_reports(tmp_path):
     assert tables.table_folder(tmp_path, "ml-100k") == tmp_path / "ml-100k"
     (tmp_path / "ml-100k" / "auc.md").write_text("# ml-100k: full-ranking test metrics (protocol headline-v2)\n")
     assert tables.table_folder(tmp_path, "ml-100k") == tmp_path / "ml-100k" / "store"
+
+
+def test_a_sampled_evaluation_is_labelled_and_extra_metrics_are_columns():
+    runs = fake_runs().assign(**{"params.sampled": "uniform:100", "metrics.test_mrr": 0.25})
+    summary = summarise(store_cells(runs, metrics=(*METRIC_NAMES, "mrr", "coverage_10")),
+                        metrics=(*METRIC_NAMES, "mrr", "coverage_10"))
+    header = markdown_table(summary).splitlines()[0]
+    titles = [cell.strip() for cell in header.strip("|").split("|")]
+    assert titles[1] == "AUC (sampled)" and titles[-4:-2] == ["MRR (sampled)", "Coverage@10 (sampled)"]
+    assert markdown_table(summary).splitlines()[2].split("|")[-4].strip() == "—"  # runs without coverage_10
+    note = tables.spread_note(summary)
+    assert "sampled: for comparison with papers that sample only: each test case ranks its target against 100 " \
+           "uniform-sampled negatives" in note and "full-ranking AUC (all items, history kept)" in note
+    full = markdown_table(summarise(store_cells(fake_runs()))).splitlines()[0]
+    assert "sampled" not in full and "sampled" not in tables.spread_note(summarise(store_cells(fake_runs())))
+
+
+def test_unknown_table_metrics_name_the_option():
+    assert tables.parse_table_metrics("mrr, ndcg_20,coverage_10,avg_pop_5") == ("mrr", "ndcg_20", "coverage_10",
+                                                                                 "avg_pop_5")
+    for bad in ("recall_10", "hit_0", "mrr_10", "coverage"):
+        with pytest.raises(OptionError, match=f"option --metrics: unknown metric '{bad}'"):
+            tables.parse_table_metrics(bad)

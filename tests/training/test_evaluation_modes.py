@@ -9,10 +9,11 @@ import torch
 
 from prism_rec.data.core import prepare
 from prism_rec.models.popularity import training_counts
+from prism_rec.tracking.case_ranks import decode, encode
 from prism_rec.training.candidates import check_sampled, sample_negatives
 from prism_rec.training.config import TrainConfig
 from prism_rec.training.evaluation import evaluate
-from prism_rec.training.metrics import metric_names, rank_metrics
+from prism_rec.training.metrics import beyond_accuracy_names, metric_names, rank_metrics
 
 
 def tiny_dataset(seed=0, users=12, items=30, length=9):
@@ -83,7 +84,8 @@ def test_full_ranking_with_and_without_history(exclude_history):
         return [c for c in range(dataset.n_items) if not (exclude_history and c in history)]
 
     expected = loop_means(dataset, model, dataset.test_cases, (2, 5), candidates)
-    assert means == pytest.approx(expected)
+    assert set(means) == set(expected) | set(beyond_accuracy_names((2, 5)))  # those below
+    assert {name: means[name] for name in expected} == pytest.approx(expected)
     # the case ranks stay full-ranking ones (history kept), whatever the mode
     full = loop_means(dataset, model, dataset.test_cases, (2, 5), lambda i, u, p, t: range(dataset.n_items))
     assert np.mean(1 - ranks["twice_rank"] / (2 * (dataset.n_items - 1))) == pytest.approx(full["auc"])
@@ -146,3 +148,69 @@ def test_default_evaluation_keeps_run_hashes():
     assert set(TrainConfig().identity()).isdisjoint({"cutoffs", "exclude_history", "sampled"})
     assert TrainConfig(cutoffs=[10, 200, 500]).identity() == TrainConfig().identity()
     assert TrainConfig(sampled="uniform:100").identity()["sampled"] == "uniform:100"
+
+
+def loop_training_counts(dataset):
+    """Each item's training rows, counted one user's training prefix at a time."""
+    counts = np.zeros(dataset.n_items)
+    for user in range(dataset.n_users):
+        for item in dataset.sequence(user)[: dataset.train_length[user]]:
+            counts[item - 1] += 1
+    return counts
+
+
+@pytest.mark.parametrize("exclude_history", [False, True])
+@pytest.mark.parametrize("sampled", ["none", "uniform:5"])
+def test_coverage_and_popularity_match_a_loop(exclude_history, sampled):
+    dataset = tiny_dataset(seed=6, users=15)
+    model = TableScorer(dataset.n_users, dataset.n_items, seed=7)
+    config = TrainConfig(max_len=4, eval_batch_size=4, progress=False, cutoffs=(3,), exclude_history=exclude_history,
+                         sampled=sampled)
+    ranks = {}
+    means = evaluate(model, dataset, dataset.test_cases, config, torch.device("cpu"), case_ranks=ranks)
+    counts = loop_training_counts(dataset)
+    lists = []
+    for user, position in dataset.test_cases:
+        target = dataset.items[dataset.offsets[user] + position] - 1
+        history = set(dataset.items[dataset.offsets[user] : dataset.offsets[user] + position] - 1) - {target}
+        scores = model.table[user].tolist()
+        allowed = [c for c in range(dataset.n_items) if not (exclude_history and c in history)]
+        lists.append(sorted(allowed, key=lambda c: (-scores[c], c))[:10])  # ties to the lower column
+    assert ranks["top_items"].tolist() == lists
+    for k in (3, 10):
+        assert means[f"coverage_{k}"] == pytest.approx(len({c for row in lists for c in row[:k]}) / dataset.n_items)
+        assert means[f"avg_pop_{k}"] == pytest.approx(np.mean([np.mean([counts[c] for c in row[:k]]) for row in lists]))
+    assert not {"coverage_200", "avg_pop_500"} & set(means)  # no list that long is kept
+    valid = evaluate(model, dataset, dataset.valid_cases, config, torch.device("cpu"))
+    assert "coverage_10" not in valid  # only a test evaluation (case_ranks) keeps the lists
+
+
+def test_top_items_round_trip_the_case_ranks_entry():
+    generator = np.random.default_rng(0)
+    for n_items in (300, 70_000):  # uint16, then int32 item columns
+        users, ranks = np.arange(6), generator.integers(0, 2 * n_items - 1, 6)
+        top = generator.integers(0, n_items, (6, 4))
+        entry = encode(users, ranks, n_items, top)
+        decoded = decode(entry)
+        assert (decoded.top_items == top).all() and (decoded.twice_rank == ranks).all()
+        assert decode(encode(users, ranks, n_items)).top_items is None  # a run evaluated before top items
+        with pytest.raises(ValueError, match="top item outside"):
+            decode({**entry, **encode(users, ranks, n_items, np.full((6, 4), n_items)), "n_items": n_items})
+    with pytest.raises(ValueError, match=r"top items \(5, 4\) must be \[6, K\]"):
+        encode(users, ranks, 300, top[:5])
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--cutoffs", "10,0"], "option --cutoffs: every cutoff must be an integer >= 1, got [10, 0]"),
+    (["--sampled", "uniform:5000"], "option --sampled: 'uniform:5000' asks for 5000 negatives but ml-100k has only "),
+    (["--models", "recbole:FEARec"], "option --models: recbole:FEARec is not a RecBole model the bridge runs"),
+])
+def test_bench_refuses_bad_evaluation_options_before_training(options, message, store, capsys, monkeypatch):
+    from prism_rec.cli import main
+
+    for trainer in ("fit", "fit_recbole"):
+        monkeypatch.setattr(f"prism_rec.experiments.bench.{trainer}", lambda *a, **k: pytest.fail("trained"))
+    with pytest.raises(SystemExit) as stopped:
+        main(["bench", "--models", "sasrec", *options, "--epochs", "1", "--no-progress", "--device", "cpu"])
+    assert stopped.value.code == 2
+    assert message in capsys.readouterr().err
