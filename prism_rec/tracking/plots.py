@@ -87,7 +87,7 @@ def _annotate(axes: plt.Axes, text: str, xy: tuple[float, float], offset: tuple[
     label = axes.annotate(text, xy, xytext=offset, textcoords="offset points", fontsize=fontsize,
                           ha="left" if dx > 0 else "right" if dx < 0 else "center",
                           va="bottom" if dy > 0 else "top" if dy < 0 else "center",
-                          arrowprops=leader if max(abs(dx), abs(dy)) > 12 else None)  # a line to a far point
+                          arrowprops=leader if max(abs(dx), abs(dy)) > 6 else None)  # a line unless beside it
     label.set_in_layout(False)
     return label
 
