@@ -33,6 +33,7 @@ VIEW_KEY = "prism-rec-ranked"  # every bench's child runs
 BENCH_VIEW_KEY = "prism-rec-bench-{parent_id}"  # one bench's child runs
 BENCH_TAG = "bench"  # a child run's bench: its parent run's name
 COMPARISON_TABLE = "comparison.json"  # a bench's parent run's comparison, one row per model (tracking/runs.py)
+PAIRED_TABLE = "paired_differences"  # its paired differences against the best model (<name>.json and .md; bench.py)
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 VIEW_TAG = VIEW_TAG_PREFIX + VIEW_KEY
 RANKING_METRIC = "test_auc"
@@ -218,9 +219,9 @@ def run_artifact_url(base_url: str, experiment: str, run_id: str, artifact: str)
 def ui_links(base_url: str) -> list[tuple[str, dict[str, str]]]:
     """(experiment name, {view: URL}) for every experiment of the store that holds benchmark runs, each
     first tagged as model training (:func:`tag_model_training`): every bench's runs grouped by model (table
-    and charts), the newest bench's comparison (its parent run's table artifact :data:`COMPARISON_TABLE`, and
-    its figure auc.png), and per bench, newest first, its runs grouped by model (``bench <parent run name>``,
-    each a view stored by :func:`tag_view`)."""
+    and charts), the newest bench's comparison (its parent run's table artifact :data:`COMPARISON_TABLE`, its
+    figure auc.png and, where it has them, its paired differences :data:`PAIRED_TABLE`), and per bench, newest
+    first, its runs grouped by model (``bench <parent run name>``, each a view stored by :func:`tag_view`)."""
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri())
@@ -238,6 +239,10 @@ def ui_links(base_url: str) -> list[tuple[str, dict[str, str]]]:
                  "charts": runs_view_url(base_url, experiment_id, "CHART"),
                  "newest bench": run_artifact_url(base_url, experiment_id, newest, COMPARISON_TABLE),
                  "newest figure": run_artifact_url(base_url, experiment_id, newest, "auc.png")}
+        logged = {artifact.path for artifact in mlflow.MlflowClient().list_artifacts(newest)}
+        if f"{PAIRED_TABLE}.json" in logged:  # a bench of two or more models with per-user results
+            views["newest paired differences"] = run_artifact_url(base_url, experiment_id, newest,
+                                                                  f"{PAIRED_TABLE}.json")
         for _, parent in parents.iterrows():
             key = BENCH_VIEW_KEY.format(parent_id=parent["run_id"])
             tag_view(experiment_id, key, bench_filter(parent["run_id"]))

@@ -1,8 +1,9 @@
 """`make test-ui`: headless Debian chromium opens every link `prism-rec ui` prints, over a tiny bench, and the
 test reads what the browser rendered (its DOM): the ranked runs view and the bench's view show one group row
 per model, in the model-training view, with the mean test AUC of its runs, each run beneath it, by test AUC;
-the chart view draws the comparison's charts; the newest bench's link renders its comparison table
-(comparison.json) with n and the interval per model, and its figure. Screenshots go to build/ui/. Not part
+the chart view draws the comparison's charts; the newest bench's links render its comparison table
+(comparison.json) with n and the interval per model, its paired differences with their verdicts, and its
+figure. Screenshots go to build/ui/. Not part
 of `make test`; skipped without chromium (tests/tracking/test_mlflow_ui.py checks the tags and links without
 a browser)."""
 
@@ -83,7 +84,7 @@ def test_every_printed_link_shows_what_it_names(mlflow_server, tmp_path):
     assert name == "ml-100k"
     children = mlflow.search_runs(experiment_names=["ml-100k"], filter_string="tags.prism_rec_role = 'child'")
     parent = mlflow.search_runs(experiment_names=["ml-100k"], filter_string="tags.prism_rec_role = 'parent'").iloc[0]
-    assert set(views) == {"ranked runs", "charts", "newest bench", "newest figure",
+    assert set(views) == {"ranked runs", "charts", "newest bench", "newest figure", "newest paired differences",
                           f"bench {parent['tags.mlflow.runName']}"}
 
     assert_grouped_by_model(browse(views["ranked runs"], tmp_path / "profile", "ranked-runs.png"), children)
@@ -103,6 +104,11 @@ def test_every_printed_link_shows_what_it_names(mlflow_server, tmp_path):
     for model in children["tags.model"].unique():
         assert f">{model}<" in table
     assert ">943<" in table  # the test users of ml-100k, n of every row
+
+    paired = browse(views["newest paired differences"], tmp_path / "profile", "paired-differences.png")
+    assert "View as table" in paired
+    for cell in ("difference", "users_low", "users_high", "n_users", "verdict", "sasrec − pop", "943"):
+        assert f">{cell}<" in paired
 
     figure = browse(views["newest figure"], tmp_path / "profile", "newest-figure.png")
     assert re.search(r'<img alt="auc.png" src="blob:', figure), "auc.png is not rendered"
