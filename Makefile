@@ -78,7 +78,8 @@ TEST_WORKERS ?= auto
 test: install
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --ignore=tests/ui
 
-# Headless chromium opens the links `make ui` prints (needs Debian's chromium, else the test skips); screenshots in build/ui/.
+# Headless chromium opens every link `make ui` prints and asserts on what it shows (needs Debian's chromium:
+# apt-get install chromium; else the test skips); screenshots in build/ui/. Not part of `make test` or .ci/run.
 test-ui: install
 	PRISM_REC_TEST_UI=1 $(BIN)/python -m pytest -q tests/ui
 

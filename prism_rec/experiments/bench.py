@@ -57,7 +57,14 @@ from ..registry import backbone_entry, build_backbone, get_dataset, trains
 from ..tracking import runs
 from ..tracking.cells import Cell
 from ..tracking.records import child_run, dataset_stats_tag, run_hash
-from ..tracking.store import BENCH_TAG, end_runs_of_dead_processes, experiment_id, process_tags, provenance_tags
+from ..tracking.store import (
+    BENCH_TAG,
+    PAIRED_TABLE,
+    end_runs_of_dead_processes,
+    experiment_id,
+    process_tags,
+    provenance_tags,
+)
 from ..tracking.tables import LOCAL_RESULTS_DIR, write_tables
 from ..training import distributed
 from ..training.candidates import check_sampled
@@ -360,7 +367,7 @@ def _report(experiment: str, parent_id: str, dataset_name: str, results_dir: Pat
                 f"{comparison_table(comparisons, set())}\n")
         print(text)
         n_users = next(cell.per_user.shape[1] for cell in cells if cell.per_user is not None)
-        runs.log_table(paired_columns(comparisons, n_users), "paired_differences", text)
+        runs.log_table(paired_columns(comparisons, n_users), PAIRED_TABLE, text)
     improving = still_improving(children)
     if improving:
         print(f"{len(improving)} of {len(children)} run(s) still improving at the last epoch (best epoch = last): "

@@ -76,6 +76,107 @@ def save_figure(figure: plt.Figure, path: Path) -> Path:
     return path
 
 
+# Offsets (points) tried for a point's label, nearest first: right, above, left, below and the diagonals, in rings.
+_LABEL_OFFSETS = [(radius * dx, radius * dy) for radius in (5, 11, 18, 26, 36, 48)
+                  for dx, dy in ((1, 0.3), (1, 1), (0, 1), (-1, 1), (-1, 0.3), (-1, -1), (0, -1), (1, -1))]
+
+
+def _annotate(axes: plt.Axes, text: str, xy: tuple[float, float], offset: tuple[float, float], fontsize: float):
+    dx, dy = offset
+    leader = {"arrowstyle": "-", "color": "0.55", "linewidth": 0.5, "shrinkA": 0, "shrinkB": 3}
+    label = axes.annotate(text, xy, xytext=offset, textcoords="offset points", fontsize=fontsize,
+                          ha="left" if dx > 0 else "right" if dx < 0 else "center",
+                          va="bottom" if dy > 0 else "top" if dy < 0 else "center",
+                          arrowprops=leader if max(abs(dx), abs(dy)) > 6 else None)  # a line unless beside it
+    label.set_in_layout(False)
+    return label
+
+
+def place_labels(axes: plt.Axes, labels: list[tuple[str, float, float]], obstacles: list | None = None,
+                 fontsize: float = 7) -> list:
+    """Each of ``labels`` ((text, x, y) in data coordinates) beside its point, at the nearest offset of
+    :data:`_LABEL_OFFSETS` whose box stays inside the axes and overlaps no label placed before it, no marker,
+    no text or legend already on the axes and no box of ``obstacles`` (display-coordinate Bboxes, such as
+    whiskers), with a thin line to its point
+    when it sits away from it; where no offset is free, the nearest. Labels are placed from the top of the axes
+    down; the axes' limits and the figure's size must be final. Returns the annotations."""
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
+
+    axes.figure.draw_without_rendering()  # the layout (and so transData) as the saved figure will have it
+    renderer = axes.figure.canvas.get_renderer()
+    inside = axes.get_window_extent(renderer)
+    points = [axes.transData.transform((x, y)) for _, x, y in labels]
+    drawn = [*axes.texts, *([axes.get_legend()] if axes.get_legend() else [])]  # notes and the legend
+    blocked = [*(obstacles or []), *(artist.get_window_extent(renderer) for artist in drawn),
+               *(Bbox.from_bounds(px - 4, py - 4, 8, 8) for px, py in points)]
+    placed = []
+    for index in sorted(range(len(labels)), key=lambda i: -points[i][1]):
+        text, x, y = labels[index]
+        for offset in _LABEL_OFFSETS:
+            label = _annotate(axes, text, (x, y), offset, fontsize)
+            label.update_positions(renderer)
+            box = Text.get_window_extent(label, renderer).expanded(1.04, 1.08)  # the text, not its line
+            if (inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
+                    and not any(box.overlaps(other) for other in blocked)):
+                break
+            label.remove()
+        else:
+            label = _annotate(axes, text, (x, y), _LABEL_OFFSETS[0], fontsize)
+            label.update_positions(renderer)
+            box = Text.get_window_extent(label, renderer)
+        blocked.append(box)
+        placed.append(label)
+    return placed
+
+
+def _spread(heights: list[float], gap: float) -> list[float]:
+    """Levels for labels wanted at ``heights``: each at its height where it is ``gap`` clear of the others,
+    else in a stack of labels ``gap`` apart centred on the mean of the heights it holds (stacks that come
+    within ``gap`` of each other merge)."""
+    stacks = [[index] for index in sorted(range(len(heights)), key=lambda index: heights[index])]
+
+    def bottom(stack):  # the lowest level of a stack centred on its members' mean height
+        return float(np.mean([heights[index] for index in stack])) - gap * (len(stack) - 1) / 2
+
+    merged = True
+    while merged:
+        merged = False
+        for position in range(len(stacks) - 1):
+            lower, upper = stacks[position], stacks[position + 1]
+            if bottom(lower) + gap * len(lower) > bottom(upper):
+                stacks[position : position + 2] = [lower + upper]
+                merged = True
+                break
+    levels = [0.0] * len(heights)
+    for stack in stacks:
+        for rank, index in enumerate(stack):
+            levels[index] = bottom(stack) + rank * gap
+    return levels
+
+
+def label_line_ends(axes: plt.Axes, ends: list[tuple[str, float, float, str]], fontsize: float = 7) -> list:
+    """A label per line just right of the axes, level with its last point (``ends``: (text, x, y, colour) in
+    data coordinates), in its colour, spread vertically so that no two overlap, a thin line to its point. The
+    axes' limits are fixed first, so that the labels do not move them. Returns the annotations."""
+    if not ends:
+        return []
+    axes.set_xlim(*axes.get_xlim())
+    axes.set_ylim(*axes.get_ylim())
+    axes.figure.draw_without_rendering()
+    points = [axes.transData.transform((x, y)) for _, x, y, _ in ends]  # display pixels
+    levels = _spread([point[1] for point in points], fontsize * 1.3 * axes.figure.dpi / 72)  # a label apart
+    inverse = axes.transData.inverted()
+    labels = []
+    for (text, x, y, colour), point, height in zip(ends, points, levels):
+        level = inverse.transform((point[0], height))[1]
+        labels.append(axes.annotate(text, (x, y), xytext=(1.02, level), textcoords=("axes fraction", "data"),
+                                    fontsize=fontsize, color=colour, va="center", ha="left", annotation_clip=False,
+                                    arrowprops={"arrowstyle": "-", "color": colour, "linewidth": 0.5,
+                                                "shrinkA": 1, "shrinkB": 2, "alpha": 0.7}))
+    return labels
+
+
 def _zoomed(low: np.ndarray, high: np.ndarray, margin: float = 0.08) -> tuple[float, float]:
     """Axis limits around the values from ``low`` to ``high``: their range with ``margin`` of it either side."""
     bottom, top = float(np.min(low)), float(np.max(high))
@@ -163,7 +264,6 @@ def pareto_chart(points: dict[str, tuple[float, float, float]], front: list[str]
     for model, (speed, mean, std) in points.items():
         on_front = model in front
         axes.errorbar(speed, mean, yerr=std, fmt="o", capsize=3, color="tab:red" if on_front else "tab:blue")
-        axes.annotate(model, (speed, mean), fontsize=7, xytext=(4, 3), textcoords="offset points")
     if front:
         ordered = sorted(front, key=lambda m: points[m][0])
         axes.step([points[m][0] for m in ordered], [points[m][1] for m in ordered], where="pre", color="tab:red",
@@ -187,4 +287,20 @@ def pareto_chart(points: dict[str, tuple[float, float, float]], front: list[str]
     axes.title.set_fontsize(9)
     axes.grid(alpha=0.3, which="both")
     _caption(figure, caption)
+    if points:
+        axes.set_xlim(*axes.get_xlim())  # fixed before the labels are placed
+        place_labels(axes, [(model, speed, mean) for model, (speed, mean, _) in points.items()],
+                     _whisker_boxes(axes, points.values()))
     return save_figure(figure, path)
+
+
+def _whisker_boxes(axes: plt.Axes, points) -> list:
+    """The display boxes of the vertical whiskers of ``points`` ((x, mean, std)), 8 px wide."""
+    from matplotlib.transforms import Bbox
+
+    axes.figure.draw_without_rendering()
+    boxes = []
+    for x, mean, std in points:
+        (left, low), (_, high) = axes.transData.transform([(x, mean - std), (x, mean + std)])
+        boxes.append(Bbox.from_extents(left - 4, low, left + 4, high))
+    return boxes

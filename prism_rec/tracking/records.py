@@ -4,7 +4,8 @@ GPU machine), and the parts of every MLflow run (``tracking.runs`` logs them and
 A record holds what ``prism-rec bench`` logs for one child run (:func:`child_run`, the one shape of a run's
 settings): the params (:func:`run_settings`, the model and the ``data.*`` options), the tags (provenance,
 dataset, command, ``prism_rec_role=child``, model, seed, config_hash), the per-epoch metrics, the final
-``test_*``, ``best_valid_*`` and cost metrics (:func:`final_metrics`), the status and the start/end times,
+``test_*`` (with the run's 95% bootstrap interval of its test AUC over test users), ``best_valid_*`` and
+cost metrics (:func:`final_metrics`), the status and the start/end times,
 and the per-test-case ranks (case_ranks.py; logged as the artifact ``case_ranks.json``, as ``prism-rec
 bench`` logs it)."""
 
@@ -27,6 +28,8 @@ from ..training.compile import resolve_compile
 from ..training.config import TrainConfig, config_hash
 from ..training.devices import resolve_device
 from ..training.trainer import FitResult
+from .bootstrap import bootstrap_mean_ci
+from .case_ranks import CaseRanks
 from .case_ranks import encode as encode_case_ranks
 
 RECORD_FORMAT = "prism-rec-run-1"
@@ -123,10 +126,13 @@ def case_ranks_entry(result: FitResult) -> dict:
 
 
 def final_metrics(result: FitResult) -> dict[str, float]:
-    """The metrics a finished child run logs once, from a ``fit`` result: test and best-validation
-    metrics, epochs and cost figures."""
+    """The metrics a finished child run logs once, from a ``fit`` result: test metrics with the 95% bootstrap
+    interval of the test AUC over the run's test cases (``test_auc_ci_low|high``: what the UI's chart of test
+    AUC per model draws), best-validation metrics, epochs and cost figures."""
+    cases = result.test_case_ranks
+    low, high = bootstrap_mean_ci(CaseRanks(cases["users"], cases["twice_rank"], cases["n_items"]).auc())
     return {
-        **{f"test_{k}": v for k, v in result.test.items()},
+        **{f"test_{k}": v for k, v in result.test.items()}, "test_auc_ci_low": low, "test_auc_ci_high": high,
         **{f"best_valid_{k}": v for k, v in result.valid.items()},
         "best_epoch": result.best_epoch, "epochs_run": result.epochs_run,
         "diverged_epoch": result.diverged_epoch,

@@ -21,11 +21,11 @@ from ..training.trainer import FitResult
 from .cells import Cell
 from .plots import auc_chart, learning_curve, learning_curves
 from .records import CASE_RANKS_ARTIFACT, FINISHED, RECORDS_SUFFIX, case_ranks_entry, final_metrics, read_records
+from .store import COMPARISON_TABLE
 from .tables import markdown_table, spread_note, store_cells, summarise, with_test_user_ranks
 
 RECORD_ID_TAG = "record_id"
 ERROR_TAG = "error"
-COMPARISON_TABLE = "comparison.json"  # the parent run's comparison, one row per model
 MLFLOW_TAG_LIMIT = 4000  # characters of a tag value kept
 
 

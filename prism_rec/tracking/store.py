@@ -26,18 +26,56 @@ STORE_WAIT_SECONDS = 10.0  # how long check_store waits for another process's wr
 # the browser), which is why ``prism-rec ui`` prints links that carry it.
 EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND = "mlflow.experimentKind", "custom_model_development"
 EXPERIMENT_NOTE_TAG = "mlflow.note.content"  # the description the UI shows above an experiment's runs
-# A view the UI loads from an experiment tag named by the link's ``viewStateShareKey`` (MLflow's "share
-# view"): the child runs ranked by test AUC with their metric columns, charts narrowed to the AUCs.
-VIEW_KEY = "prism-rec-ranked"
+# A view the UI loads from the experiment tag ``VIEW_TAG_PREFIX + key`` named by the link's ``viewStateShareKey``
+# (MLflow's "share view"): the JSON of the UI state the experiment page keeps (MLflow 3.17's persisted keys:
+# search facets, selectedColumns, groupBy, runsHiddenMode, compareRunCharts, compareRunSections, ...).
+VIEW_KEY = "prism-rec-ranked"  # every bench's child runs
+BENCH_VIEW_KEY = "prism-rec-bench-{parent_id}"  # one bench's child runs
 BENCH_TAG = "bench"  # a child run's bench: its parent run's name
-VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
+COMPARISON_TABLE = "comparison.json"  # a bench's parent run's comparison, one row per model (tracking/runs.py)
+PAIRED_TABLE = "paired_differences"  # its paired differences against the best model (<name>.json and .md; bench.py)
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+VIEW_TAG = VIEW_TAG_PREFIX + VIEW_KEY
 RANKING_METRIC = "test_auc"
-VIEW_COLUMNS = [*(f"metrics.`{name}`" for name in (RANKING_METRIC, "test_hit_10", "test_ndcg_10", "best_epoch",
-                                                   "epochs_run", "wall_seconds", "train_tokens_per_s")),
+CHILD_FILTER = "tags.prism_rec_role = 'child'"
+VIEW_COLUMNS = [*(f"metrics.`{name}`" for name in (RANKING_METRIC, "test_auc_ci_low", "test_auc_ci_high",
+                                                   "test_hit_10", "test_ndcg_10", "best_epoch", "epochs_run",
+                                                   "wall_seconds", "train_tokens_per_s")),
                 *(f"params.`{name}`" for name in ("device", "precision", "epochs", "patience")),
-                f"tags.`{BENCH_TAG}`"]
-RANKED_VIEW = {"searchFilter": "tags.prism_rec_role = 'child'", "orderByKey": f"metrics.`{RANKING_METRIC}`",
-               "orderByAsc": False, "selectedColumns": VIEW_COLUMNS, "chartsSearchFilter": "auc"}
+                f"tags.`{BENCH_TAG}`", "tags.`seed`"]
+_LEAD_COLUMNS = ["attributes.`Run Name`", "runDateAndNestInfo", "duration"]  # the UI's own first columns
+# One row (and one bar or point per chart) per model: the mean of its runs' metrics, its runs beneath.
+GROUP_BY_MODEL = {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": "model"}]}
+CHART_SECTION = "prism-rec-comparison"
+_SECTIONS = [  # the comparison open; the UI's one chart per metric in its usual sections, closed
+    {"uuid": CHART_SECTION, "name": "prism-rec: the models compared", "display": True},
+    {"uuid": "prism-rec-model-metrics", "name": "Model metrics", "display": False},
+    {"uuid": "prism-rec-system-metrics", "name": "System metrics", "display": False}]
+_CHART_BASE = {"metricSectionId": CHART_SECTION, "isGenerated": False, "deleted": False, "runsCountToCompare": 1000}
+VALID_AUC_CHART = {
+    **_CHART_BASE, "uuid": "prism-rec-valid-auc", "type": "LINE",
+    "displayName": "validation AUC per epoch (mean of each model's runs; band: their min to max)",
+    "metricKey": "valid_auc", "selectedMetricKeys": ["valid_auc"], "xAxisKey": "step", "scaleType": "linear",
+    "xAxisScaleType": "linear", "range": {}, "displayPoints": True, "lineSmoothness": 0,
+    "useGlobalXaxisKey": False, "useGlobalLineSmoothing": False, "ignoreOutliers": False}
+CHARTS = [
+    {**_CHART_BASE, "uuid": "prism-rec-test-auc", "type": "BAR",
+     "displayName": "test AUC per model (mean of its runs) between the means of its runs' 95% bootstrap bounds "
+                    "over test users",
+     "metricKey": RANKING_METRIC, "selectedMetricKeys": ["test_auc_ci_low", RANKING_METRIC, "test_auc_ci_high"]},
+    {**_CHART_BASE, "uuid": "prism-rec-auc-speed", "type": "SCATTER",
+     "displayName": "test AUC against training tokens/s (mean of each model's runs)",
+     "xaxis": {"key": "train_tokens_per_s", "type": "METRIC"}, "yaxis": {"key": RANKING_METRIC, "type": "METRIC"}},
+    VALID_AUC_CHART,
+]
+RANKED_VIEW = {"searchFilter": CHILD_FILTER, "orderByKey": f"metrics.`{RANKING_METRIC}`", "orderByAsc": False,
+               "selectedColumns": VIEW_COLUMNS, "columnOrder": _LEAD_COLUMNS + VIEW_COLUMNS,
+               "columnWidths": dict.fromkeys(VIEW_COLUMNS[:3], 130), "groupBy": GROUP_BY_MODEL,
+               "runsHiddenMode": "SHOW_ALL",
+               "useGroupedValuesInCharts": True, "hideEmptyCharts": True, "isAccordionReordered": True,
+               "compareRunCharts": CHARTS,
+               "compareRunSections": [{**section, "isReordered": False, "deleted": False, "isGenerated": False}
+                                      for section in _SECTIONS]}
 
 
 def tracking_uri() -> str:
@@ -112,48 +150,64 @@ def experiment_id(name: str) -> str:
         return created
 
 
-EXPERIMENT_NOTE = ("prism-rec benchmark runs: one parent run `bench-<time>` per `prism-rec bench` (its metrics "
-                   "`test_auc_mean/<model>`, tables comparison.json and paired_differences.json and artifacts auc.png, "
-                   "auc.md, learning_curves.png compare the models) and one child run `<model>-s<seed>` per training "
-                   "(tag `bench`: its parent's name). Sort by test_auc (Columns: add "
-                   "metrics test_auc) or open the links `make ui` prints.")
+EXPERIMENT_NOTE = ("prism-rec benchmark runs: one parent run `bench-<time>` per `prism-rec bench` (its tables "
+                   "comparison.json (mean, std, 95% interval over test users and n per model) and "
+                   "paired_differences.json, artifacts auc.png and learning_curves.png compare the models) and one "
+                   "child run `<model>-s<seed>` per training (tag `bench`: its parent's name). The links `make ui` "
+                   "prints open the child runs grouped by model (the mean of each model's runs), best test AUC "
+                   "first, with charts comparing the models: every bench's runs, or one bench's.")
 
 
 def tag_model_training(experiment: str) -> None:
-    """Mark experiment id ``experiment`` as a model-training (not GenAI) experiment, with a description and
-    the ranked view that :func:`runs_view_url` links to."""
+    """Mark experiment id ``experiment`` as a model-training (not GenAI) experiment, with a description."""
     import mlflow
 
     client = mlflow.MlflowClient()
     client.set_experiment_tag(experiment, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)
     client.set_experiment_tag(experiment, EXPERIMENT_NOTE_TAG, EXPERIMENT_NOTE)
-    client.set_experiment_tag(experiment, VIEW_TAG, json.dumps(RANKED_VIEW))
 
 
-def runs_view_url(base_url: str, experiment: str, mode: str = "TABLE") -> str:
-    """The UI's runs view of experiment id ``experiment`` in model-training mode, child runs ranked by test
-    AUC (best first) with their metrics as columns; ``mode`` TABLE (the ranked list), CHART (the AUC charts)
-    or ARTIFACT (the runs' artifacts side by side)."""
-    if mode not in ("TABLE", "CHART", "ARTIFACT"):
-        raise ValueError(f"runs view mode {mode!r}: expected TABLE, CHART or ARTIFACT")
-    # no sort or filter of its own: with one of them in the URL the UI ignores the shared view
-    query = {"workflowType": "machine_learning", "viewStateShareKey": VIEW_KEY, "compareRunsMode": mode}
-    encoded = urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
-    return f"{base_url.rstrip('/')}/#/experiments/{experiment}/runs?{encoded}"
+def zoomed_range(values: list[float], margin: float = 0.05) -> dict[str, float]:
+    """A chart's y range around ``values``: their span widened by ``margin`` of it on each side (0.01 when
+    they are all equal); empty (the UI's own range) without values."""
+    if not values:
+        return {}
+    low, high = min(values), max(values)
+    pad = (high - low) * margin or 0.01
+    return {"yMin": low - pad, "yMax": high + pad}
 
 
-def bench_url(base_url: str, experiment: str, parent_id: str) -> str:
-    """The UI's runs table of experiment id ``experiment`` filtered to the child runs of the bench whose parent
-    run is ``parent_id``, best test AUC first (a filter in the URL replaces the shared view, so the URL sorts too)."""
-    query = {"workflowType": "machine_learning", "searchFilter": bench_filter(parent_id),
-             "orderByKey": RANKED_VIEW["orderByKey"], "orderByAsc": "false", "compareRunsMode": "TABLE"}
+def tag_view(experiment: str, key: str, search_filter: str) -> None:
+    """Store in experiment id ``experiment`` the view ``key``: :data:`RANKED_VIEW` over the runs that
+    ``search_filter`` finds, its validation-AUC chart zoomed to their values (:func:`zoomed_range`; MLflow's
+    own range of a grouped line chart starts at 0)."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    runs = mlflow.search_runs([experiment], filter_string=search_filter)
+    values = [point.value for run_id in runs.get("run_id", []) for point in
+              client.get_metric_history(run_id, VALID_AUC_CHART["metricKey"])]
+    charts = [{**chart, "range": zoomed_range(values)} if chart is VALID_AUC_CHART else chart
+              for chart in RANKED_VIEW["compareRunCharts"]]
+    view = {**RANKED_VIEW, "searchFilter": search_filter, "compareRunCharts": charts}
+    client.set_experiment_tag(experiment, VIEW_TAG_PREFIX + key, json.dumps(view))
+
+
+def runs_view_url(base_url: str, experiment: str, mode: str = "TABLE", key: str = VIEW_KEY) -> str:
+    """The UI's runs view of experiment id ``experiment`` in model-training mode as the stored view ``key``
+    shows it (:data:`RANKED_VIEW`: child runs grouped by model, best test AUC first); ``mode`` TABLE (the
+    grouped runs) or CHART (the comparison's charts beside them)."""
+    if mode not in ("TABLE", "CHART"):
+        raise ValueError(f"runs view mode {mode!r}: expected TABLE or CHART")
+    # no sort or filter of its own: with one of them in the URL the UI ignores the stored view
+    query = {"workflowType": "machine_learning", "viewStateShareKey": key, "compareRunsMode": mode}
     encoded = urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
     return f"{base_url.rstrip('/')}/#/experiments/{experiment}/runs?{encoded}"
 
 
 def bench_filter(parent_id: str) -> str:
     """The MLflow search filter of the child runs of the bench whose parent run is ``parent_id``."""
-    return f"tags.prism_rec_role = 'child' and tags.mlflow.parentRunId = '{parent_id}'"
+    return f"{CHILD_FILTER} and tags.mlflow.parentRunId = '{parent_id}'"
 
 
 def run_artifact_url(base_url: str, experiment: str, run_id: str, artifact: str) -> str:
@@ -164,9 +218,10 @@ def run_artifact_url(base_url: str, experiment: str, run_id: str, artifact: str)
 
 def ui_links(base_url: str) -> list[tuple[str, dict[str, str]]]:
     """(experiment name, {view: URL}) for every experiment of the store that holds benchmark runs, each
-    first tagged as model training (:func:`tag_model_training`): the ranked runs, the charts, the
-    artifacts side by side, the newest bench's comparison (its parent run's artifacts), and a ranked table of
-    each bench's runs (``bench <parent run name>``, newest first: :func:`bench_url`)."""
+    first tagged as model training (:func:`tag_model_training`): every bench's runs grouped by model (table
+    and charts), the newest bench's comparison (its parent run's table artifact :data:`COMPARISON_TABLE`, its
+    figure auc.png and, where it has them, its paired differences :data:`PAIRED_TABLE`), and per bench, newest
+    first, its runs grouped by model (``bench <parent run name>``, each a view stored by :func:`tag_view`)."""
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri())
@@ -176,14 +231,22 @@ def ui_links(base_url: str) -> list[tuple[str, dict[str, str]]]:
                                      filter_string="tags.prism_rec_role = 'parent'")
         if parents.empty:
             continue
-        tag_model_training(experiment.experiment_id)
-        views = {name: runs_view_url(base_url, experiment.experiment_id, mode)
-                 for name, mode in (("ranked runs", "TABLE"), ("charts", "CHART"), ("artifacts", "ARTIFACT"))}
-        views["newest bench"] = run_artifact_url(base_url, experiment.experiment_id, parents["run_id"].iloc[0],
-                                                 "auc.png")
+        experiment_id = experiment.experiment_id
+        tag_model_training(experiment_id)
+        tag_view(experiment_id, VIEW_KEY, CHILD_FILTER)
+        newest = parents["run_id"].iloc[0]
+        views = {"ranked runs": runs_view_url(base_url, experiment_id, "TABLE"),
+                 "charts": runs_view_url(base_url, experiment_id, "CHART"),
+                 "newest bench": run_artifact_url(base_url, experiment_id, newest, COMPARISON_TABLE),
+                 "newest figure": run_artifact_url(base_url, experiment_id, newest, "auc.png")}
+        logged = {artifact.path for artifact in mlflow.MlflowClient().list_artifacts(newest)}
+        if f"{PAIRED_TABLE}.json" in logged:  # a bench of two or more models with per-user results
+            views["newest paired differences"] = run_artifact_url(base_url, experiment_id, newest,
+                                                                  f"{PAIRED_TABLE}.json")
         for _, parent in parents.iterrows():
-            views[f"bench {parent['tags.mlflow.runName']}"] = bench_url(base_url, experiment.experiment_id,
-                                                                        parent["run_id"])
+            key = BENCH_VIEW_KEY.format(parent_id=parent["run_id"])
+            tag_view(experiment_id, key, bench_filter(parent["run_id"]))
+            views[f"bench {parent['tags.mlflow.runName']}"] = runs_view_url(base_url, experiment_id, "TABLE", key)
         links.append((experiment.name, views))
     return links
 

@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from prism_rec.cli import main
-from prism_rec.experiments.throughput import command, measure, shapes
+from prism_rec.experiments.throughput import command, measure, report, shapes
+from prism_rec.paths import RESULTS_DIR
+from prism_rec.tracking import plots
 
 TINY = ["--config", "tiny", "--device", "cpu"]
 
@@ -97,7 +99,7 @@ def test_report_name_writes_its_own_report_and_its_import_redraws_that_plot(tmp_
     monkeypatch.setenv("MLFLOW_TRACKING_URI", local_store)
     mlflow.set_tracking_uri(local_store)
     main(["throughput", "--import-store", device_store, "--results-dir", str(tmp_path / "local")])
-    assert [p.name for p in (tmp_path / "local").iterdir()] == ["throughput-serial.png"]
+    assert sorted(p.name for p in (tmp_path / "local").iterdir()) == ["throughput-serial.png", "throughput-serial.svg"]
 
 
 @pytest.mark.parametrize("arguments", [["--report-name", "../x"], ["--report-name", "x.md"],
@@ -137,3 +139,46 @@ def test_import_store_without_runs_names_the_option(tmp_path, monkeypatch):
     mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'empty.db'}").search_experiments()  # creates the store
     with pytest.raises(SystemExit, match="option --import-store: no finished runs of experiment 'throughput'"):
         main(["throughput", "--import-store", f"sqlite:///{tmp_path / 'empty.db'}"])
+
+
+def test_the_committed_report_reads_back_as_its_tables_print_it():
+    results, configuration, device = report.read_report(RESULTS_DIR / "throughput.md")
+    assert configuration.name == "paper" and configuration.file_stem == "throughput" and device.startswith("NVIDIA")
+    lm = {entry.backbone: entry for entry in results if entry.shape.name == "lm-0.13B"}
+    assert len(lm) == 18 and len(results) == 36
+    first = lm["gated_deltanet"].cases[0]  # | gated_deltanet | 6 x 128 | 104.96M | 126.9K tok/s, 17.8 GiB | ...
+    assert (first.status, first.length, first.batch) == ("ok", 2048, 8)
+    assert first.tokens_per_s == pytest.approx(126_900) and first.peak_memory_mib == pytest.approx(17.8 * 1024)
+    ttt = lm["ttt-linear"].cases  # 7.0K tok/s, 17.7 GiB (4 steps) | 2.8K (2 steps) | over time (~1.4K ...) | skipped
+    assert ttt[0].steps == 4 and ttt[1].tokens_per_s == pytest.approx(2_800)
+    assert ttt[2].status == "over time" and ttt[2].tokens_per_s == pytest.approx(1_400)
+    assert ttt[3].status == "over time" and ttt[3].step_s is None
+
+
+def test_redraw_draws_a_report_again_lines_labelled_per_backbone_coloured_by_family(tmp_path, monkeypatch):
+    main(["throughput", *TINY, "--models", "sasrec,gated_deltanet,prism", "--results-dir", str(tmp_path),
+          "--mlflow", "off"])
+    drawn = {}
+    monkeypatch.setattr(plots, "save_figure", lambda figure, path: drawn.setdefault(path, figure) and path)
+    main(["throughput", "--redraw", str(tmp_path / "throughput-tiny.md")])
+    (path, figure), = drawn.items()
+    assert path == tmp_path / "throughput-tiny.png"
+    rate, memory, points = figure.axes[:3]
+    assert rate.get_xscale() == "log" and rate.get_yscale() == "log"
+    labels = {text.get_text(): text.get_color() for text in rate.texts}
+    assert set(labels) == {"sasrec", "gated_deltanet", "prism"}  # one label per backbone
+    families = {name: colour for name, (colour, _) in report.FAMILIES.items()}
+    assert labels["sasrec"] == families["attention"] and labels["prism"] == families["PRISM and its ablations"]
+    assert "no peak memory" in memory.texts[0].get_text()  # measured on CUDA only
+    assert [tick.get_text() for tick in points.get_yticklabels()] == ["prism", "gated_deltanet", "sasrec"]
+    assert "no whiskers: each point is the median of one case's timed steps" in figure.get_suptitle()
+
+
+def test_redraw_refuses_a_file_that_is_no_report(tmp_path, capsys):
+    (tmp_path / "notes.md").write_text("# notes\n")
+    with pytest.raises(SystemExit) as stop:
+        main(["throughput", "--redraw", str(tmp_path / "notes.md")])
+    assert f"{tmp_path / 'notes.md'}: not a throughput report" in f"{stop.value.code} {capsys.readouterr().err}"
+    with pytest.raises(SystemExit) as stop:
+        main(["throughput", "--redraw", str(tmp_path / "missing.md")])
+    assert "missing.md" in f"{stop.value.code} {capsys.readouterr().err}"

@@ -1,15 +1,30 @@
 """The MLflow server over a store written by a tiny bench (the mlflow_server fixture in conftest.py): its
-REST API lists every child run with its test AUC and artifacts, the parent's comparison, and the tags that
-make the links `prism-rec ui` prints open the ranked model-training view (tests/ui/ opens them in chromium)."""
+REST API lists every child run with its test AUC, its interval and artifacts, the parent's comparison, and the
+tags that make the links `prism-rec ui` prints open the model-training view grouped by model with its charts
+(tests/ui/ opens them in chromium)."""
 
 import json
 import urllib.parse
 import urllib.request
 
+import mlflow
+import numpy as np
 import pytest
 
 from prism_rec.cli import main
-from prism_rec.tracking.store import RANKED_VIEW, VIEW_TAG, bench_filter, bench_url, runs_view_url, ui_links
+from prism_rec.tracking.case_ranks import decode
+from prism_rec.tracking.store import (
+    BENCH_VIEW_KEY,
+    CHILD_FILTER,
+    RANKED_VIEW,
+    VALID_AUC_CHART,
+    VIEW_TAG,
+    VIEW_TAG_PREFIX,
+    bench_filter,
+    runs_view_url,
+    ui_links,
+    zoomed_range,
+)
 
 
 def request(url: str, body: dict | None = None) -> dict:
@@ -58,7 +73,50 @@ def test_rest_api_lists_every_child_run_with_test_auc(mlflow_server):
         assert row["test_auc_ci_low"] < row["test_auc_mean"] < row["test_auc_ci_high"]
     tags = {t["key"]: t["value"] for t in experiment["experiment"]["tags"]}
     assert tags["mlflow.experimentKind"] == "custom_model_development"  # not a GenAI experiment
-    assert json.loads(tags[VIEW_TAG]) == RANKED_VIEW
+
+
+def assert_bootstrap_intervals() -> None:
+    """Each child run's test_auc_ci_low|high: a 95% percentile bootstrap over its test users, drawn here."""
+    rng = np.random.default_rng(1)
+    for _, child in mlflow.search_runs(experiment_names=["ml-100k"], filter_string=CHILD_FILTER).iterrows():
+        auc = decode(mlflow.artifacts.load_dict(f"runs:/{child['run_id']}/case_ranks.json")).auc()  # [U]
+        assert child["metrics.test_auc"] == pytest.approx(auc.mean(), abs=1e-6)
+        means = auc[rng.integers(0, len(auc), size=(4000, len(auc)))].mean(axis=1)  # users resampled
+        low, high = np.percentile(means, [2.5, 97.5])
+        assert child["metrics.test_auc_ci_low"] == pytest.approx(low, abs=1.5e-3)
+        assert child["metrics.test_auc_ci_high"] == pytest.approx(high, abs=1.5e-3)
+
+
+def test_child_intervals_and_the_stored_views_grouped_by_model_with_zoomed_curves(mlflow_server):
+    assert_bootstrap_intervals()
+    (_, views), = ui_links(mlflow_server)
+    experiment = mlflow.get_experiment_by_name("ml-100k")
+    client = mlflow.MlflowClient()
+    parent = mlflow.search_runs([experiment.experiment_id], filter_string="tags.prism_rec_role = 'parent'").iloc[0]
+    for key, search_filter in ((VIEW_TAG.removeprefix(VIEW_TAG_PREFIX), CHILD_FILTER),
+                               (BENCH_VIEW_KEY.format(parent_id=parent["run_id"]), bench_filter(parent["run_id"]))):
+        view = json.loads(experiment.tags[VIEW_TAG_PREFIX + key])
+        assert view["searchFilter"] == search_filter
+        assert view["groupBy"] == {"aggregateFunction": "average",
+                                   "groupByKeys": [{"mode": "tag", "groupByData": "model"}]}
+        assert view["runsHiddenMode"] == "SHOW_ALL"  # not the UI's first 10 runs
+        charts = {chart["uuid"]: chart for chart in view["compareRunCharts"]}
+        runs = mlflow.search_runs([experiment.experiment_id], filter_string=search_filter)
+        values = [m.value for run_id in runs["run_id"] for m in client.get_metric_history(run_id, "valid_auc")]
+        span = max(values) - min(values)
+        assert charts[VALID_AUC_CHART["uuid"]]["range"] == pytest.approx(
+            {"yMin": min(values) - 0.05 * span, "yMax": max(values) + 0.05 * span})
+        assert [charts[uuid] for uuid in charts if uuid != VALID_AUC_CHART["uuid"]] == \
+            [chart for chart in RANKED_VIEW["compareRunCharts"] if chart is not VALID_AUC_CHART]
+        assert {key: value for key, value in view.items() if key not in ("searchFilter", "compareRunCharts")} == \
+            {key: value for key, value in RANKED_VIEW.items() if key not in ("searchFilter", "compareRunCharts")}
+        assert any(link.endswith(f"viewStateShareKey={key}&compareRunsMode=TABLE") for link in views.values())
+
+
+def test_zoomed_range_widens_the_span_of_the_values():
+    assert zoomed_range([0.8, 0.7, 0.9]) == pytest.approx({"yMin": 0.69, "yMax": 0.91})
+    assert zoomed_range([0.75, 0.75]) == pytest.approx({"yMin": 0.74, "yMax": 0.76})
+    assert zoomed_range([]) == {}
 
 
 def test_links_name_the_shared_view_and_the_model_training_mode():
@@ -71,8 +129,8 @@ def test_links_name_the_shared_view_and_the_model_training_mode():
                                             "compareRunsMode": ["CHART"]}
     assert RANKED_VIEW["orderByKey"] == "metrics.`test_auc`" and RANKED_VIEW["orderByAsc"] is False
     assert RANKED_VIEW["orderByKey"] in RANKED_VIEW["selectedColumns"]
-    with pytest.raises(ValueError, match="runs view mode 'GRID'"):
-        runs_view_url("http://x", "1", "GRID")
+    with pytest.raises(ValueError, match="runs view mode 'ARTIFACT'"):  # disabled by grouping
+        runs_view_url("http://x", "1", "ARTIFACT")
 
 
 def test_ui_prints_the_links_of_each_experiment_before_serving(store, tiny, monkeypatch, capsys):
@@ -84,17 +142,16 @@ def test_ui_prints_the_links_of_each_experiment_before_serving(store, tiny, monk
     assert "http://127.0.0.1:5123/#/experiments/" in printed and "newest bench:" in printed
 
 
-def test_each_bench_has_a_link_filtered_to_its_runs(mlflow_server):
+def test_each_bench_has_a_link_to_a_view_of_its_runs(mlflow_server):
     (name, views), = ui_links(mlflow_server)
     parent = mlflow_search(mlflow_server, "tags.prism_rec_role = 'parent'")[0]
     link = views[f"bench {parent['info']['run_name']}"]
     experiment = parent["info"]["experiment_id"]
-    assert link == bench_url(mlflow_server, experiment, parent["info"]["run_id"])
-    query = urllib.parse.parse_qs(link.partition("#")[2].partition("?")[2])
-    assert query["searchFilter"] == [bench_filter(parent["info"]["run_id"])]
-    assert query["orderByKey"] == [RANKED_VIEW["orderByKey"]] and query["orderByAsc"] == ["false"]
-    shown = {run["info"]["run_name"] for run in mlflow_search(mlflow_server, query["searchFilter"][0])}
-    assert shown == {"pop-s0", "sasrec-s0", "sasrec-s1"}  # the filter the link carries finds the bench's runs
+    key = BENCH_VIEW_KEY.format(parent_id=parent["info"]["run_id"])
+    assert link == runs_view_url(mlflow_server, experiment, "TABLE", key)
+    view = json.loads(mlflow.get_experiment(experiment).tags[VIEW_TAG_PREFIX + key])
+    shown = {run["info"]["run_name"] for run in mlflow_search(mlflow_server, view["searchFilter"])}
+    assert shown == {"pop-s0", "sasrec-s0", "sasrec-s1"}  # the filter the view stores finds the bench's runs
 
 
 def mlflow_search(server: str, filter_string: str) -> list[dict]:

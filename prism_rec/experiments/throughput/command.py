@@ -18,7 +18,7 @@ from ...paths import RESULTS_DIR
 from ...tracking.store import machine_description
 from ...training.devices import resolve_device
 from .measure import BackboneResults, measure_backbone
-from .report import markdown_report, plot
+from .report import markdown_report, plot, read_report
 from .shapes import CONFIGURATIONS, Configuration
 from .store import EXPERIMENT, import_store, log_to_mlflow
 
@@ -63,6 +63,13 @@ def command_throughput(args: argparse.Namespace) -> None:
     results_dir = Path(args.results_dir) if args.results_dir else RESULTS_DIR
     if args.import_store and args.report_name is not None:
         raise ValueError("option --report-name: not with --import-store (the imported runs name their report)")
+    if args.redraw:
+        if args.import_store or args.report_name is not None:
+            raise ValueError("option --redraw: not with --import-store or --report-name (the report names its plot)")
+        results, configuration, device = read_report(args.redraw)
+        path = plot(results, configuration, args.redraw.with_suffix(".png"), f"Training throughput, {device}")
+        print(f"redrew {path} (and its SVG) from {args.redraw}")
+        return
     if args.import_store:
         print(f"copied {import_store(args.import_store, results_dir)} run(s) from {args.import_store}; "
               f"plot redrawn in {results_dir}")
@@ -110,5 +117,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="measure nothing: copy the finished throughput runs of this MLflow store (e.g. "
                              "sqlite:///x.db from a GPU machine) into the current one and redraw the plot in "
                              "--results-dir from them (the measuring options do not apply)")
+    parser.add_argument("--redraw", metavar="REPORT", type=Path,
+                        help="measure nothing: redraw the plot beside REPORT (a results/throughput*.md this command "
+                             "wrote) from its tables")
     parser.set_defaults(func=command_throughput)
     return parser

@@ -72,8 +72,10 @@ def import_store(source_uri: str, results_dir: Path) -> int:
         for (backbone, shape_name), run in sorted(newest.items()):
             if shape_name == shape.name:
                 rates = dict(run["series"].get("tokens_per_s", []))
+                memory = dict(run["series"].get("peak_memory_mib", []))
                 cases = [CaseResult(backbone, shape.name, length, batch, "ok" if length in rates else "not ok",
-                                    step_s=batch * length / rates[length] if length in rates else None)
+                                    step_s=batch * length / rates[length] if length in rates else None,
+                                    peak_memory_mib=memory.get(length))
                          for length, batch in shape.cases]
                 results.append(BackboneResults(backbone, shape, {}, None, cases))
     machine = found[0]["tags"].get("machine", "unknown machine")
