@@ -9,11 +9,11 @@ The dask side is a scheduler and ``--runs-per-device`` single-threaded worker pr
 1/k of a GPU; the environment's CUDA MPS server, if any, serves them as it serves the pool), stopped by
 their process ids once its driver returns; the local side is ``headline run --workers k`` on the same
 device. Each side starts from an empty manifest under DIR/dask and DIR/local, with ``--budget`` seconds
-(runs in flight at its end are abandoned), and from empty compile caches of its own (TorchInductor's and
-Triton's under DIR/<side>/compile_cache), so that both pay for compiling the same kernels: with one shared
+(runs in flight at its end are abandoned), and from empty compile caches of its own (TorchInductor's
+and Triton's under DIR/<side>/compile_cache), so that both pay for compiling the same kernels: with one shared
 cache the side that goes second trains on the first side's compiled kernels and looks several times
-faster (``--shared-cache`` measures that way, the dask side first). DIR/cluster_bench.md and DIR/cluster_bench.json get the results:
-runs finished, wall seconds of each driver (and the dask workers' start), runs per GPU-hour (finished
+faster (``--shared-cache`` measures that way, the dask side first). DIR/cluster_bench.md and
+DIR/cluster_bench.json get the results: runs finished, wall seconds of each driver (and the dask workers' start), runs per GPU-hour (finished
 runs over the driver's wall time on one GPU), and for each run both finished, whether its test and
 validation metrics are identical (CPU runs are bit-identical; CUDA runs are where the kernels are
 deterministic).
@@ -52,7 +52,8 @@ def side_environment(args: argparse.Namespace, out: Path) -> dict[str, str]:
     if args.shared_cache:
         return dict(os.environ)
     caches = out / "compile_cache"
-    return {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"), "TRITON_CACHE_DIR": str(caches / "triton")}
+    return {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
+            "TRITON_CACHE_DIR": str(caches / "triton")}
 
 
 def timed(command: list[str], log: Path, environment: dict[str, str]) -> float:
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cuda", help="cuda (the first GPU) or cpu")
     parser.add_argument("--budget", type=float, default=150.0, help="seconds per side")
     parser.add_argument("--shared-cache", action="store_true",
-                        help="both sides use the environment's compile caches (the second reuses the first's kernels)")
+                        help="both sides use the environment's compile caches (the second reuses the first's)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="headline run --set")
     args = parser.parse_args(argv)
     sides = {name: args.out / name for name in ("dask", "local")}
@@ -172,7 +173,8 @@ def main(argv: list[str] | None = None) -> None:
         "command": " ".join(["python3", "benchmarks/cluster_bench.py", *(argv or sys.argv[1:])]),
         "git_commit": git_commit(), "machine": machine_description(resolve_device(args.device)),
         "device": args.device, "runs_per_device": args.runs_per_device, "budget": args.budget,
-        "shared_cache": args.shared_cache, "dask_workers_seconds": workers_seconds, "comparison": compare(manifests["dask"], manifests["local"]),
+        "shared_cache": args.shared_cache, "dask_workers_seconds": workers_seconds,
+        "comparison": compare(manifests["dask"], manifests["local"]),
         "sides": {name: {"finished": sum("test_auc" in e for e in manifests[name]), "wall_seconds": walls[name],
                          "runs_per_gpu_hour": sum("test_auc" in e for e in manifests[name]) * 3600 / walls[name]}
                   for name in sides}}

@@ -35,7 +35,8 @@ results/step.md (the floor, the ratios, the verified compile modes) is made on t
 A backbone's mode that failed its check against eager (--check-compiled) is not timed (its cells say
 refused). Every cell is caught on its own (its status says why it failed) and the files are rewritten after every
 cell, so a run cut short keeps what it measured (the modes of --compile in turn, each at every shape); once
---time-budget seconds have passed (counted from the end of the checks against eager), the cells not started are recorded as skipped. Writes <out>/step.md,
+--time-budget seconds have passed (from the end of the checks against eager), the cells not started are
+recorded as skipped. Writes <out>/step.md,
 step.csv and step.json (everything, for --merge), and with --datasets <out>/solo_throughput.csv (the rows of
 the last --solo-compile mode, the one a grid would train with). ``--merge DIR,DIR,...`` makes one report of
 runs made side by side, one per GPU:
@@ -190,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--solo-loss-path", default="auto", help="loss path of the solo runs (auto: fused on CUDA)")
     parser.add_argument("--no-steps", action="store_true", help="only the solo throughput")
     parser.add_argument("--time-budget", type=float, default=float("inf"),
-                        help="seconds after the checks after which no further cell starts (those left are recorded as skipped)")
+                        help="seconds after the checks after which no cell starts (those left are recorded as skipped)")
     parser.add_argument("--merge", default="",
                         help="only merge the step.json of these run folders (comma-separated) into --out-dir")
     parser.add_argument("--out-dir", type=Path, default=Path("results"))
