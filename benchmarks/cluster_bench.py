@@ -13,10 +13,10 @@ device. Each side starts from an empty manifest under DIR/dask and DIR/local, wi
 and Triton's under DIR/<side>/compile_cache), so that both pay for compiling the same kernels: with one shared
 cache the side that goes second trains on the first side's compiled kernels and looks several times
 faster (``--shared-cache`` measures that way, the dask side first). DIR/cluster_bench.md and
-DIR/cluster_bench.json get the results: runs finished, wall seconds of each driver (and the dask workers' start), runs per GPU-hour (finished
-runs over the driver's wall time on one GPU), and for each run both finished, whether its test and
-validation metrics are identical (CPU runs are bit-identical; CUDA runs are where the kernels are
-deterministic).
+DIR/cluster_bench.json get the results: runs finished, wall seconds of each driver (and the dask workers'
+start), runs per GPU-hour (finished runs over the driver's wall time on one GPU), and for each run both
+finished, whether its test and validation metrics are identical (CPU runs are bit-identical; CUDA runs are
+where the kernels are deterministic).
 """
 
 from __future__ import annotations
