@@ -112,23 +112,20 @@ def resolve_path(path: str, device: torch.device, width: int | None = None) -> s
 
 
 def full_softmax_loss_sum(hidden: torch.Tensor, table: torch.Tensor, targets: torch.Tensor,
-                          path: str = "auto", weights: torch.Tensor | None = None,
-                          valid_rows: torch.Tensor | None = None) -> torch.Tensor:
+                          path: str = "auto", valid_rows: torch.Tensor | None = None) -> torch.Tensor:
     """Sum over rows of the full-softmax cross-entropy of ``hidden [N, d]`` against ``table [I, d]``.
 
     ``targets [N]`` are 0-based rows of ``table``. Returns an fp32 scalar; differentiable in ``hidden``
     and ``table``. ``path``: "auto" (fused on CUDA up to d = ``MAX_FUSED_D``, chunked otherwise), "fused" or
-    "chunked". ``weights [N]`` (fp32) weigh the rows' losses (a row of weight 0 adds nothing, to the loss or
-    to the gradients). ``valid_rows`` (a one-element integer tensor on hidden's device): only the rows
-    before it count, the others add exactly 0 (a step of static shape puts the positions it trains first).
+    "chunked". ``valid_rows`` (a one-element integer tensor on hidden's device): only the rows before it
+    count, the others add exactly 0 to the loss and the gradients (a step of static shape puts the
+    positions it trains first).
     """
     if hidden.dim() != 2 or table.dim() != 2 or hidden.shape[1] != table.shape[1]:
         raise ValueError(f"hidden [N, d] and table [I, d] must share d, got {tuple(hidden.shape)} and "
                          f"{tuple(table.shape)}")
     if targets.shape != hidden.shape[:1]:
         raise ValueError(f"targets must have shape [N] = {tuple(hidden.shape[:1])}, got {tuple(targets.shape)}")
-    if weights is not None and weights.shape != hidden.shape[:1]:
-        raise ValueError(f"weights must have shape [N] = {tuple(hidden.shape[:1])}, got {tuple(weights.shape)}")
     check_valid_rows(valid_rows, hidden)
     positive = (hidden * table[targets]).sum(-1).float()  # [N]
     if resolve_path(path, hidden.device, hidden.shape[1]) == "fused":
@@ -138,7 +135,7 @@ def full_softmax_loss_sum(hidden: torch.Tensor, table: torch.Tensor, targets: to
     losses = lse - positive  # [N]
     if valid_rows is not None:
         losses = torch.where(counted_rows(valid_rows, hidden.shape[0]), losses, 0.0)
-    return losses.sum() if weights is None else (losses * weights).sum()
+    return losses.sum()
 
 
 def check_valid_rows(valid_rows: torch.Tensor | None, hidden: torch.Tensor) -> None:
@@ -155,7 +152,7 @@ def check_valid_rows(valid_rows: torch.Tensor | None, hidden: torch.Tensor) -> N
 
 
 def counted_rows(valid_rows: torch.Tensor, n: int) -> torch.Tensor:
-    """Whether each of ``n`` rows comes before ``valid_rows`` [n] (bool, on its device)."""
+    """Whether each of ``n`` rows comes before ``valid_rows``: [n] bool, on its device."""
     return torch.arange(n, device=valid_rows.device) < valid_rows.reshape(())
 
 

@@ -50,22 +50,6 @@ def test_chunked_path_matches_cross_entropy_fp32(n):
     torch.testing.assert_close(d_table, r_table, rtol=1e-4, atol=1e-5)
 
 
-def test_weighted_rows_are_the_weighted_cross_entropy_and_a_weight_of_zero_adds_nothing():
-    hidden, table, targets = _case(40, 300, 24, torch.float32)
-    weights = torch.rand(40, generator=torch.Generator().manual_seed(1))
-    weights[::3] = 0.0
-    loss, d_hidden, d_table = _loss_and_grads(
-        lambda h, t, y: full_softmax_loss_sum(h, t, y, path="chunked", weights=weights), hidden, table, targets)
-    reference, r_hidden, r_table = _loss_and_grads(
-        lambda h, t, y: (F.cross_entropy(h @ t.t(), y, reduction="none") * weights).sum(), hidden, table, targets)
-    torch.testing.assert_close(loss, reference, rtol=1e-5, atol=1e-4)
-    torch.testing.assert_close(d_hidden, r_hidden, rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(d_table, r_table, rtol=1e-4, atol=1e-6)
-    assert not d_hidden[::3].any()
-    with pytest.raises(ValueError, match="weights must have shape"):
-        full_softmax_loss_sum(hidden, table, targets, path="chunked", weights=weights[:5])
-
-
 @pytest.mark.parametrize("count", [0, 1, 25, 40, 55])
 def test_valid_rows_count_only_the_first_rows(count):
     """The chunked path with valid_rows: the plain cross-entropy of the first rows alone; the later rows
