@@ -22,8 +22,9 @@ Python, not by the GPU, so the gain is in fewer, fused launches. Modes (``TrainC
 In the encoder modes the loss (the fused full-softmax kernels over the real positions, whose number changes
 per batch) and the optimizer stay eager; with a compiled encoder AdamW runs fused on CUDA
 (``optimizer_options``). The whole-step modes (``WHOLE_STEP_MODES``) take static shapes instead: every
-position of a batch [batch_size, T + 1] enters the loss, weighted 0 where it trains nothing, a short batch
-is padded with empty windows, and AdamW runs fused and capturable (prism_rec/training/step.py); they train
+position of a batch [batch_size, T + 1] enters the loss, the trained ones sorted first and the rows past their
+count (a device scalar) skipped by the fused kernels, a short batch is padded with empty windows, and AdamW
+runs fused and capturable (prism_rec/training/step.py); they train
 the full-softmax loss in one process only (the sampled loss draws from a generator of its own, which the
 graph does not replay; DistributedDataParallel's all-reduce is not captured). The encoder is
 compiled for one shape [batch_size, T]: a smaller batch (an epoch's last) is padded with empty windows,

@@ -6,6 +6,12 @@ test (or a CPU user) sets the interpreter.
 
 Each walk handles its full item tiles without an item mask and the partial last tile (when ``I`` is not a
 multiple of ``BLOCK_I``) in one masked step after them, in the same order.
+
+With ``LIMITED`` each kernel reads the number of rows that count from ``limit_ptr`` (a device scalar, so
+that a CUDA graph's static grid serves every batch): a row block that starts at or past it walks no item
+tile (it writes a zero gradient and an lse the caller discards), and d(table) walks only the row tiles
+before it, spread over the parts in turn. Every kernel reads the rows past the limit as it reads those
+past N (hidden 0, lse 0, weight 0), so they add exactly 0 to either gradient whatever they hold.
 """
 
 from __future__ import annotations
@@ -23,6 +29,20 @@ def _load_rows(ptr, start, count, d, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr,
     mask = (rows[:, None] < count) & (cols[None, :] < d)
     tile = tl.load(ptr + rows[:, None] * d + cols[None, :], mask=mask, other=0.0).to(DOT_DTYPE)
     return _operand(tile, UPCAST)
+
+@triton.jit
+def _row_limit(limit_ptr, N, LIMITED: tl.constexpr):
+    """The number of rows that count: N, or (LIMITED) the count at limit_ptr, at most N."""
+    limit = N
+    if LIMITED:
+        limit = tl.minimum(tl.load(limit_ptr).to(tl.int32), N)
+    return limit
+
+@triton.jit
+def _walk_end(first, last, row_start, limit):
+    """Where a row block's walk over item tiles first .. last stops: at first (no tile) when the block
+    starts at or past the rows that count."""
+    return tl.where(row_start < limit, last, first)
 
 @triton.jit
 def _operand(tile, UPCAST: tl.constexpr):
@@ -50,18 +70,20 @@ def _forward_tile(h, t_ptr, tile, I, D, running_max, running_sum, BLOCK_I: tl.co
     return new_max, running_sum
 
 @triton.jit
-def _lse_forward(h_ptr, t_ptr, max_ptr, sum_ptr, N, I, D, item_tiles, full_tiles, per_part,
+def _lse_forward(h_ptr, t_ptr, max_ptr, sum_ptr, limit_ptr, N, I, D, item_tiles, full_tiles, per_part,
                  BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
-                 DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                 DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr, LIMITED: tl.constexpr):
     """Per row of a row block, over the item tiles of one part: running max m and sum s of
-    2^(logit * log2 e - m) (base-2 online logsumexp), written to max_ptr/sum_ptr [parts, N]."""
+    2^(logit * log2 e - m) (base-2 online logsumexp), written to max_ptr/sum_ptr [parts, N] (-inf and 0
+    in a block past the limit)."""
     row_start = tl.program_id(0) * BLOCK_N
     part = tl.program_id(1)
-    h = _load_rows(h_ptr, row_start, N, D, BLOCK_N, BLOCK_D, DOT_DTYPE, UPCAST)
+    limit = _row_limit(limit_ptr, N, LIMITED)
+    h = _load_rows(h_ptr, row_start, limit, D, BLOCK_N, BLOCK_D, DOT_DTYPE, UPCAST)
     running_max = tl.full([BLOCK_N], float("-inf"), tl.float32)
     running_sum = tl.zeros([BLOCK_N], tl.float32)
     first = part * per_part
-    last = tl.minimum(first + per_part, item_tiles)
+    last = _walk_end(first, tl.minimum(first + per_part, item_tiles), row_start, limit)
     for tile in range(first, tl.minimum(last, full_tiles)):
         running_max, running_sum = _forward_tile(h, t_ptr, tile, I, D, running_max, running_sum, BLOCK_I, BLOCK_D,
                                                  DOT_DTYPE, PRECISION, UPCAST, False)
@@ -87,20 +109,23 @@ def _hidden_tile(h, t_ptr, tile, I, D, lse2, accumulator, BLOCK_I: tl.constexpr,
     return tl.dot(_operand(p.to(DOT_DTYPE), UPCAST), t, accumulator, input_precision=PRECISION)
 
 @triton.jit
-def _lse_backward_hidden(h_ptr, t_ptr, lse2_ptr, g_ptr, out_ptr, N, I, D, item_tiles, full_tiles, per_part,
-                         BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
-                         DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+def _lse_backward_hidden(h_ptr, t_ptr, lse2_ptr, g_ptr, out_ptr, limit_ptr, N, I, D, item_tiles, full_tiles,
+                         per_part, BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
+                         DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                         LIMITED: tl.constexpr):
     """d(hidden) of a row block over the item tiles of one part: g * (softmax @ table) (fp32; the row's
-    weight g applied once, after the walk), written to out_ptr [parts, N, D]."""
+    weight g applied once, after the walk), written to out_ptr [parts, N, D] (0 in a block past the
+    limit)."""
     row_start = tl.program_id(0) * BLOCK_N
     part = tl.program_id(1)
     rows = row_start + tl.arange(0, BLOCK_N)
-    h = _load_rows(h_ptr, row_start, N, D, BLOCK_N, BLOCK_D, DOT_DTYPE, UPCAST)
-    lse2 = tl.load(lse2_ptr + rows, mask=rows < N, other=0.0)
-    g = tl.load(g_ptr + rows, mask=rows < N, other=0.0)
+    limit = _row_limit(limit_ptr, N, LIMITED)
+    h = _load_rows(h_ptr, row_start, limit, D, BLOCK_N, BLOCK_D, DOT_DTYPE, UPCAST)
+    lse2 = tl.load(lse2_ptr + rows, mask=rows < limit, other=0.0)
+    g = tl.load(g_ptr + rows, mask=rows < limit, other=0.0)
     accumulator = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)  # softmax @ table, before g
     first = part * per_part
-    last = tl.minimum(first + per_part, item_tiles)
+    last = _walk_end(first, tl.minimum(first + per_part, item_tiles), row_start, limit)
     for tile in range(first, tl.minimum(last, full_tiles)):
         accumulator = _hidden_tile(h, t_ptr, tile, I, D, lse2, accumulator, BLOCK_I, BLOCK_D, DOT_DTYPE,
                                    PRECISION, UPCAST, False)
@@ -112,22 +137,27 @@ def _lse_backward_hidden(h_ptr, t_ptr, lse2_ptr, g_ptr, out_ptr, N, I, D, item_t
     tl.store(out_ptr + offsets, accumulator * g[:, None], mask=(rows[:, None] < N) & (cols[None, :] < D))
 
 @triton.jit
-def _lse_backward_table(h_ptr, t_ptr, lse2_ptr, g_ptr, out_ptr, N, I, D, row_tiles, per_part,
+def _lse_backward_table(h_ptr, t_ptr, lse2_ptr, g_ptr, out_ptr, limit_ptr, N, I, D, row_tiles, per_part,
                         BLOCK_N: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_D: tl.constexpr,
-                        DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                        DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                        LIMITED: tl.constexpr):
     """d(table) of an item block over the row tiles of one part: sum of (g * softmax)^T @ hidden
-    (fp32), written to out_ptr [parts, I, D]. Rows past N need no mask: their g is 0."""
+    (fp32), written to out_ptr [parts, I, D]. Rows past the limit need no mask: their g is 0. Part p
+    walks row tiles p * per_part onwards, or (LIMITED) tiles p, p + parts, ... before the limit."""
     item_start = tl.program_id(0) * BLOCK_I
     part = tl.program_id(1)
     items = item_start + tl.arange(0, BLOCK_I)
     t = _load_rows(t_ptr, item_start, I, D, BLOCK_I, BLOCK_D, DOT_DTYPE, UPCAST)
     accumulator = tl.zeros([BLOCK_I, BLOCK_D], tl.float32)
-    first = part * per_part
-    for tile in range(first, tl.minimum(first + per_part, row_tiles)):
+    limit = _row_limit(limit_ptr, N, LIMITED)
+    first, stop, step = part * per_part, tl.minimum(part * per_part + per_part, row_tiles), 1
+    if LIMITED:  # interleaved, so that the tiles that count keep every part busy
+        first, stop, step = part, tl.cdiv(limit, BLOCK_N), tl.num_programs(1)
+    for tile in range(first, stop, step):
         rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-        h = _load_rows(h_ptr, tile * BLOCK_N, N, D, BLOCK_N, BLOCK_D, DOT_DTYPE, UPCAST)
-        lse2 = tl.load(lse2_ptr + rows, mask=rows < N, other=0.0)
-        g = tl.load(g_ptr + rows, mask=rows < N, other=0.0)  # 0 outside: those columns add nothing
+        h = _load_rows(h_ptr, tile * BLOCK_N, limit, D, BLOCK_N, BLOCK_D, DOT_DTYPE, UPCAST)
+        lse2 = tl.load(lse2_ptr + rows, mask=rows < limit, other=0.0)
+        g = tl.load(g_ptr + rows, mask=rows < limit, other=0.0)  # 0 outside: those columns add nothing
         logits = tl.dot(t, tl.trans(h), input_precision=PRECISION) * 1.4426950408889634  # [BLOCK_I, BLOCK_N]
         p = tl.exp2(logits - lse2[None, :]) * g[None, :]
         accumulator = tl.dot(_operand(p.to(DOT_DTYPE), UPCAST), h, accumulator, input_precision=PRECISION)

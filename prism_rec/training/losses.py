@@ -23,6 +23,12 @@ Two paths, chosen by device (``path="auto"``) or explicitly:
   for the GPU at every new number of rows (the step's changes per batch) and could pick another tile
   order, so other rounding, from one process to the next.
 
+``valid_rows`` (a device scalar) limits the loss to the first rows without a shape that depends on it:
+the rows from ``valid_rows`` on add exactly 0 to the loss and to both gradients. The fused kernels read
+it from the device and skip the row tiles past it, so their work follows the rows that count while the
+launch stays fixed (the whole-step CUDA graph of prism_rec/training/step.py orders its trained rows
+first and passes their count); the chunked path computes every row and zeroes the others.
+
 Neither path reads a value back from the GPU (no ``.item()``, ``nonzero`` or boolean-mask indexing; sizes
 come from shapes), so a training step that calls it need not wait for the device (prism_rec/training/step.py).
 
@@ -106,27 +112,48 @@ def resolve_path(path: str, device: torch.device, width: int | None = None) -> s
 
 
 def full_softmax_loss_sum(hidden: torch.Tensor, table: torch.Tensor, targets: torch.Tensor,
-                          path: str = "auto", weights: torch.Tensor | None = None) -> torch.Tensor:
+                          path: str = "auto", valid_rows: torch.Tensor | None = None) -> torch.Tensor:
     """Sum over rows of the full-softmax cross-entropy of ``hidden [N, d]`` against ``table [I, d]``.
 
     ``targets [N]`` are 0-based rows of ``table``. Returns an fp32 scalar; differentiable in ``hidden``
     and ``table``. ``path``: "auto" (fused on CUDA up to d = ``MAX_FUSED_D``, chunked otherwise), "fused" or
-    "chunked". ``weights [N]`` (fp32) weigh the rows' losses (a row of weight 0 adds nothing, to the loss or
-    to the gradients: a step of static shape masks the positions it does not train this way).
+    "chunked". ``valid_rows`` (a one-element integer tensor on hidden's device): only the rows before it
+    count, the others add exactly 0 to the loss and the gradients (a step of static shape puts the
+    positions it trains first).
     """
     if hidden.dim() != 2 or table.dim() != 2 or hidden.shape[1] != table.shape[1]:
         raise ValueError(f"hidden [N, d] and table [I, d] must share d, got {tuple(hidden.shape)} and "
                          f"{tuple(table.shape)}")
     if targets.shape != hidden.shape[:1]:
         raise ValueError(f"targets must have shape [N] = {tuple(hidden.shape[:1])}, got {tuple(targets.shape)}")
-    if weights is not None and weights.shape != hidden.shape[:1]:
-        raise ValueError(f"weights must have shape [N] = {tuple(hidden.shape[:1])}, got {tuple(weights.shape)}")
+    check_valid_rows(valid_rows, hidden)
     positive = (hidden * table[targets]).sum(-1).float()  # [N]
     if resolve_path(path, hidden.device, hidden.shape[1]) == "fused":
-        lse = fused_logsumexp(hidden, table)
+        lse = fused_logsumexp(hidden, table, valid_rows=valid_rows)
     else:
         lse = chunked_logsumexp(hidden, table)
-    return (lse - positive).sum() if weights is None else ((lse - positive) * weights).sum()
+    losses = lse - positive  # [N]
+    if valid_rows is not None:
+        losses = torch.where(counted_rows(valid_rows, hidden.shape[0]), losses, 0.0)
+    return losses.sum()
+
+
+def check_valid_rows(valid_rows: torch.Tensor | None, hidden: torch.Tensor) -> None:
+    """A clear error unless ``valid_rows`` is None or one integer on ``hidden``'s device (its value is not
+    read: that would wait for the device)."""
+    if valid_rows is None:
+        return
+    if valid_rows.numel() != 1 or valid_rows.dtype.is_floating_point or valid_rows.dtype.is_complex \
+            or valid_rows.dtype == torch.bool:
+        raise ValueError(f"valid_rows must be one integer, got a {valid_rows.dtype} tensor of shape "
+                         f"{tuple(valid_rows.shape)}")
+    if valid_rows.device != hidden.device:
+        raise ValueError(f"valid_rows is on {valid_rows.device} but hidden is on {hidden.device}")
+
+
+def counted_rows(valid_rows: torch.Tensor, n: int) -> torch.Tensor:
+    """Whether each of ``n`` rows comes before ``valid_rows``: [n] bool, on its device."""
+    return torch.arange(n, device=valid_rows.device) < valid_rows.reshape(())
 
 
 def _logsumexp_rows(hidden: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
@@ -154,10 +181,13 @@ def product_dtype(hidden: torch.Tensor, table: torch.Tensor) -> torch.dtype:
 
 
 def fused_logsumexp(hidden: torch.Tensor, table: torch.Tensor, splits: int | None = None,
-                    configs: dict[str, LaunchConfig] | None = None) -> torch.Tensor:
+                    configs: dict[str, LaunchConfig] | None = None,
+                    valid_rows: torch.Tensor | None = None) -> torch.Tensor:
     """logsumexp(hidden @ table.T) per row [N] (fp32) through the Triton kernels; ``splits`` fixes the
     number of parts each walk is split into (default: enough programs to fill the GPU); ``configs`` maps
-    some of ``FUSED_KERNELS`` to the launch they take instead of their ``FUSED_CONFIGS`` entry for d."""
+    some of ``FUSED_KERNELS`` to the launch they take instead of their ``FUSED_CONFIGS`` entry for d.
+    ``valid_rows`` (one integer on the device): the rows from it on read 0, take no gradient and cost
+    (almost) no work."""
     if hidden.shape[1] > MAX_FUSED_D:
         raise ValueError(f"the fused loss path takes d <= {MAX_FUSED_D}, got {hidden.shape[1]}")
     if hidden.device != table.device:
@@ -165,17 +195,20 @@ def fused_logsumexp(hidden: torch.Tensor, table: torch.Tensor, splits: int | Non
     unknown = set(configs or ()) - set(FUSED_KERNELS)
     if unknown:
         raise ValueError(f"configs names kernels {sorted(unknown)}, not among {FUSED_KERNELS}")
+    check_valid_rows(valid_rows, hidden)
     return _FusedLogSumExp.apply(hidden, table, product_dtype(hidden, table), splits,
-                                 FUSED_CONFIGS[tile_width(hidden.shape[1])] | (configs or {}))
+                                 FUSED_CONFIGS[tile_width(hidden.shape[1])] | (configs or {}), valid_rows)
 
 
 class _FusedLogSumExp(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, table, compute_dtype, splits, configs):
+    def forward(ctx, hidden, table, compute_dtype, splits, configs, valid_rows):
         hidden_c, table_c = product_operands(hidden, table, compute_dtype)
-        lse = launch_forward(hidden_c, table_c, compute_dtype, splits, configs["forward"])
+        lse = launch_forward(hidden_c, table_c, compute_dtype, splits, configs["forward"], valid_rows)
+        if valid_rows is not None:  # the rows past the limit hold -inf, NaN or log(I) (loss_kernels.py)
+            lse = torch.where(counted_rows(valid_rows, lse.shape[0]), lse, 0.0)
         ctx.save_for_backward(hidden_c, table_c, lse)
-        ctx.compute_dtype, ctx.splits, ctx.configs = compute_dtype, splits, configs
+        ctx.compute_dtype, ctx.splits, ctx.configs, ctx.valid_rows = compute_dtype, splits, configs, valid_rows
         ctx.hidden_dtype, ctx.table_dtype = hidden.dtype, table.dtype
         return lse
 
@@ -186,13 +219,13 @@ class _FusedLogSumExp(torch.autograd.Function):
         d_hidden = d_table = None
         if ctx.needs_input_grad[0]:
             d_hidden = launch_backward(hidden, table, lse, grad_lse, ctx.compute_dtype, ctx.splits,
-                                       ctx.configs["backward_hidden"], of_table=False)
+                                       ctx.configs["backward_hidden"], of_table=False, valid_rows=ctx.valid_rows)
             d_hidden = d_hidden.to(ctx.hidden_dtype)
         if ctx.needs_input_grad[1]:
             d_table = launch_backward(hidden, table, lse, grad_lse, ctx.compute_dtype, ctx.splits,
-                                      ctx.configs["backward_table"], of_table=True)
+                                      ctx.configs["backward_table"], of_table=True, valid_rows=ctx.valid_rows)
             d_table = d_table.to(ctx.table_dtype)
-        return d_hidden, d_table, None, None, None
+        return d_hidden, d_table, None, None, None, None
 
 
 def _split_count(blocks: int, tiles: int, device: torch.device, splits: int | None,
@@ -209,7 +242,8 @@ def _split_count(blocks: int, tiles: int, device: torch.device, splits: int | No
     return -(-tiles // per_split), per_split
 
 
-def _launch_settings(hidden: torch.Tensor, compute_dtype: torch.dtype, config: LaunchConfig) -> dict:
+def _launch_settings(hidden: torch.Tensor, compute_dtype: torch.dtype, config: LaunchConfig,
+                     valid_rows: torch.Tensor | None) -> dict:
     import triton.language as tl  # imported at the first fused call (see loss_kernels.py)
 
     dtypes = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
@@ -219,7 +253,8 @@ def _launch_settings(hidden: torch.Tensor, compute_dtype: torch.dtype, config: L
     return {"DOT_DTYPE": dtypes[compute_dtype], "PRECISION": "ieee" if ieee else "tf32",
             "BLOCK_D": tile_width(hidden.shape[1]),
             "UPCAST": hidden.device.type != "cuda", "BLOCK_N": config.block_rows,
-            "BLOCK_I": config.block_items, "num_warps": config.warps, "num_stages": config.stages}
+            "BLOCK_I": config.block_items, "num_warps": config.warps, "num_stages": config.stages,
+            "LIMITED": valid_rows is not None}
 
 
 def product_operands(hidden, table, compute_dtype):
@@ -230,9 +265,14 @@ def product_operands(hidden, table, compute_dtype):
                  for x in (hidden, table))
 
 
-def launch_forward(hidden, table, compute_dtype, splits, config: LaunchConfig):
+def _limit_operand(valid_rows: torch.Tensor | None, hidden: torch.Tensor) -> torch.Tensor:
+    """What the kernels' limit_ptr points at: ``valid_rows``, or (unread when not LIMITED) ``hidden``."""
+    return hidden if valid_rows is None else valid_rows
+
+
+def launch_forward(hidden, table, compute_dtype, splits, config: LaunchConfig, valid_rows=None):
     """logsumexp per row [N] (fp32) of the operands (contiguous, in the product dtype) by the forward
-    kernel launched as ``config``."""
+    kernel launched as ``config`` (with ``valid_rows``, the rows from it on hold no logsumexp)."""
     n, d = hidden.shape
     items = table.shape[0]
     if n == 0:
@@ -244,17 +284,19 @@ def launch_forward(hidden, table, compute_dtype, splits, config: LaunchConfig):
     from .loss_kernels import _lse_forward
 
     _lse_forward[(row_blocks, parts)](
-        hidden, table, maxima, sums, n, items, d, item_tiles, items // config.block_items, per_part,
-        **_launch_settings(hidden, compute_dtype, config))
+        hidden, table, maxima, sums, _limit_operand(valid_rows, hidden), n, items, d, item_tiles,
+        items // config.block_items, per_part, **_launch_settings(hidden, compute_dtype, config, valid_rows))
     if parts == 1:
         return (maxima[0] + torch.log2(sums[0])) / _LOG2E
     top = maxima.max(0).values
     return (top + torch.log2((sums * torch.exp2(maxima - top)).sum(0))) / _LOG2E
 
 
-def launch_backward(hidden, table, lse, grad_lse, compute_dtype, splits, config: LaunchConfig, of_table: bool):
+def launch_backward(hidden, table, lse, grad_lse, compute_dtype, splits, config: LaunchConfig, of_table: bool,
+                    valid_rows=None):
     """d(hidden) [N, d] (one program per row block walking the item tiles) or, ``of_table``, d(table)
-    [I, d] (one program per item block walking the row tiles); fp32; the kernel launched as ``config``."""
+    [I, d] (one program per item block walking the row tiles); fp32; the kernel launched as ``config``;
+    the rows from ``valid_rows`` on (when given) add nothing."""
     n, d = hidden.shape
     items = table.shape[0]
     rows_out = items if of_table else n
@@ -266,13 +308,14 @@ def launch_backward(hidden, table, lse, grad_lse, compute_dtype, splits, config:
     partial = torch.empty(parts, rows_out, d, dtype=torch.float32, device=hidden.device)
     from .loss_kernels import _lse_backward_hidden, _lse_backward_table
 
-    settings = _launch_settings(hidden, compute_dtype, config)
+    settings = _launch_settings(hidden, compute_dtype, config, valid_rows)
+    limit = _limit_operand(valid_rows, hidden)
     if of_table:
-        _lse_backward_table[(blocks, parts)](hidden, table, lse * _LOG2E, grad_lse, partial, n, items, d, tiles,
-                                             per_part, **settings)
+        _lse_backward_table[(blocks, parts)](hidden, table, lse * _LOG2E, grad_lse, partial, limit, n, items, d,
+                                             tiles, per_part, **settings)
     else:
-        _lse_backward_hidden[(blocks, parts)](hidden, table, lse * _LOG2E, grad_lse, partial, n, items, d, tiles,
-                                              items // config.block_items, per_part, **settings)
+        _lse_backward_hidden[(blocks, parts)](hidden, table, lse * _LOG2E, grad_lse, partial, limit, n, items, d,
+                                              tiles, items // config.block_items, per_part, **settings)
     return partial[0] if parts == 1 else partial.sum(0)
 
 

@@ -13,11 +13,14 @@ boolean mask, whose result size the host would have to wait for.
 
 In a whole-step mode (compile.py's ``WHOLE_STEP_MODES``) the step runs on tensors of static shape that stay
 in place: the windows are copied into a buffer [batch_size, T + 1] (a smaller batch padded with empty
-windows, which hold no target), ``scale`` into a device scalar, every position enters the loss weighted by
-whether it trains, and the whole step (forward, loss, backward, AdamW fused and capturable; no gradient
-clipping) is one CUDA graph (``CapturedStep``), one graph per ``TrainingStep`` (one window length). The
-mask gives the same loss and gradients as the index (up to the order of the sums): the untrained positions
-weigh 0. ``static_shapes=True`` runs that step on the CPU without the graph, which is how it is tested.
+windows, which hold no target), ``scale`` into a device scalar, and the whole step (forward, loss, backward,
+AdamW fused and capturable; no gradient clipping) is one CUDA graph (``CapturedStep``), one graph per
+``TrainingStep`` (one window length). The same stable sort orders all B T positions, the trained ones first
+in the order the index picks them, and the loss counts the first ``trained.sum()`` rows, a device scalar
+(losses.py's ``valid_rows``: the fused kernels skip the row tiles past it, so the loss costs what the
+trained positions cost, not what the buffer holds): the same loss and gradients as the index (up to the
+order of the sums). ``static_shapes=True`` runs that step on the CPU without the graph, which is how it is
+tested.
 """
 
 from __future__ import annotations
@@ -54,9 +57,9 @@ class NextItemObjective(nn.Module):
 
     ``forward(window [B, T + 1], targets)`` returns the sum of the losses of the ``targets`` real
     positions (an fp32 scalar); the caller divides by the number of positions of the whole (global)
-    batch. ``targets`` None (the full loss only): every position, those that train nothing weighted 0, so
-    that no shape depends on the batch. ``loss_path`` is the full-softmax path of losses.py ("auto": fused
-    on CUDA).
+    batch. ``targets`` None (the full loss only): every position, the trained ones first and counted on
+    the device, so that no shape depends on the batch. ``loss_path`` is the full-softmax path of losses.py
+    ("auto": fused on CUDA).
     """
 
     def __init__(self, model: SequentialRecommender, config: TrainConfig, generator: torch.Generator,
@@ -70,11 +73,13 @@ class NextItemObjective(nn.Module):
         inputs, following = window[:, :-1], window[:, 1:]
         hidden = self.encode(inputs).flatten(0, 1)  # [B T, d]
         trained = ((inputs > 0) & (following > 0)).flatten()  # [B T]
+        rows = torch.argsort((~trained).byte(), stable=True)  # [B T]: the trained positions first, in order
         if targets is None:
-            columns = following.flatten().clamp_min(1) - 1  # [B T]: padding's column 0 weighs 0
+            hidden, following = hidden.index_select(0, rows), following.flatten().index_select(0, rows)
+            columns = following.clamp_min(1) - 1  # [B T]: padding's column 0, past the count
             return full_softmax_loss_sum(hidden, self.model.item_table(), columns, path=self.loss_path,
-                                         weights=trained.float())
-        rows = torch.argsort((~trained).byte(), stable=True)[:targets]  # [N]: the trained positions in order
+                                         valid_rows=trained.sum())
+        rows = rows[:targets]  # [N]
         hidden, following = hidden[rows], following.flatten()[rows]  # [N, d], [N]
         table = self.model.item_table()  # [I, d]
         if self.config.loss == "full":  # fused Triton kernels on CUDA, chunked logits elsewhere (losses.py)

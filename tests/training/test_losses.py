@@ -50,20 +50,29 @@ def test_chunked_path_matches_cross_entropy_fp32(n):
     torch.testing.assert_close(d_table, r_table, rtol=1e-4, atol=1e-5)
 
 
-def test_weighted_rows_are_the_weighted_cross_entropy_and_a_weight_of_zero_adds_nothing():
+@pytest.mark.parametrize("count", [0, 1, 25, 40, 55])
+def test_valid_rows_count_only_the_first_rows(count):
+    """The chunked path with valid_rows: the plain cross-entropy of the first rows alone; the later rows
+    take exactly zero gradient (55: past the 40 rows, all count)."""
     hidden, table, targets = _case(40, 300, 24, torch.float32)
-    weights = torch.rand(40, generator=torch.Generator().manual_seed(1))
-    weights[::3] = 0.0
     loss, d_hidden, d_table = _loss_and_grads(
-        lambda h, t, y: full_softmax_loss_sum(h, t, y, path="chunked", weights=weights), hidden, table, targets)
-    reference, r_hidden, r_table = _loss_and_grads(
-        lambda h, t, y: (F.cross_entropy(h @ t.t(), y, reduction="none") * weights).sum(), hidden, table, targets)
+        lambda h, t, y: full_softmax_loss_sum(h, t, y, path="chunked", valid_rows=torch.tensor(count)),
+        hidden, table, targets)
+    first = hidden.detach()[:count].clone().requires_grad_()
+    reference, r_hidden, r_table = _loss_and_grads(_explicit, first, table, targets[:count])
     torch.testing.assert_close(loss, reference, rtol=1e-5, atol=1e-4)
-    torch.testing.assert_close(d_hidden, r_hidden, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(d_hidden[:count], r_hidden, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(d_table, r_table, rtol=1e-4, atol=1e-6)
-    assert not d_hidden[::3].any()
-    with pytest.raises(ValueError, match="weights must have shape"):
-        full_softmax_loss_sum(hidden, table, targets, path="chunked", weights=weights[:5])
+    assert not d_hidden[count:].any()
+
+
+def test_valid_rows_must_be_one_integer_on_the_device_of_hidden():
+    hidden, table, targets = _case(4, 10, 8, torch.float32)
+    for wrong in (torch.tensor(2.0), torch.tensor([1, 2]), torch.tensor(True)):
+        with pytest.raises(ValueError, match="valid_rows must be one integer"):
+            full_softmax_loss_sum(hidden, table, targets, path="chunked", valid_rows=wrong)
+    with pytest.raises(ValueError, match="valid_rows is on meta"):
+        full_softmax_loss_sum(hidden, table, targets, path="chunked", valid_rows=torch.tensor(2, device="meta"))
 
 
 def test_chunked_path_matches_cross_entropy_bf16():
@@ -100,7 +109,7 @@ def test_paths_resolve_by_device(monkeypatch):
 FUSED_CHECK = r"""
 import json, os
 import torch, torch.nn.functional as F
-from prism_rec.training.losses import full_softmax_loss_sum, fused_logsumexp
+from prism_rec.training.losses import LaunchConfig, full_softmax_loss_sum, fused_logsumexp
 
 def case(n, items, d, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -154,6 +163,32 @@ out["deterministic"] = all(torch.equal(a, b) for a, b in zip(first, second))
 h, t, y = case(0, 50, 16, torch.float32)
 empty = run(fused, h, t, y)
 out["empty"] = [float(empty[0]), float(empty[2].abs().sum())]
+# valid_rows: the loss over the first rows alone (0, one, a block boundary, mid-block, all, past N), the
+# later rows' gradients exactly 0; fp32 against explicit logits, under autocast against the chunked path
+def limited(count, fn, dtype=torch.float32):
+    h, t, y = case(130, 300, 32, dtype)
+    got = run(lambda h, t, y: full_softmax_loss_sum(h, t, y, path="fused", valid_rows=torch.tensor(count)), h, t, y)
+    k = min(count, 130)
+    first = h.detach()[:k].clone().requires_grad_()
+    want = run(fn, first, t, y[:k])
+    gaps = gap(got[::2], want[::2]) + (gap(got[1][:k], want[1]) if k else [0.0])
+    return gaps + [bool((got[1][k:] == 0).all())]
+for count in (0, 1, 64, 100, 130, 200):
+    out[f"limited_{count}"] = limited(count, explicit)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    out["limited_autocast"] = limited(70, chunked)
+# tile sizes that differ per kernel (d(table)'s row tiles wider than the others') and walks in parts
+mixed = {"forward": LaunchConfig(16, 32, 4, 3), "backward_hidden": LaunchConfig(32, 64, 4, 3),
+         "backward_table": LaunchConfig(64, 32, 4, 3)}
+def limited_lse(h, t, y):
+    lse = fused_logsumexp(h, t, splits=3, configs=mixed, valid_rows=torch.tensor(70))
+    out["limited_lse_past"] = float(lse[70:].abs().max())
+    return (lse[:70] - (h[:70] * t[y[:70]]).sum(-1)).sum() + (lse[70:] * torch.linspace(1, 2, 60)).sum()
+h, t, y = case(130, 300, 24, torch.float32)
+got = run(limited_lse, h, t, y)
+first = h.detach()[:70].clone().requires_grad_()
+want = run(explicit, first, t, y[:70])
+out["limited_mixed"] = gap(got[::2], want[::2]) + gap(got[1][:70], want[1]) + [bool((got[1][70:] == 0).all())]
 print(json.dumps(out))
 """
 
@@ -179,6 +214,13 @@ def test_fused_path_through_the_triton_interpreter():
     assert out["autocast_dtypes"] == ["torch.float32", "torch.float32"]
     assert out["deterministic"]
     assert out["empty"] == [0.0, 0.0]
+    for count in (0, 1, 64, 100, 130, 200):
+        *gaps, rest_zero = out[f"limited_{count}"]
+        assert max(gaps) < 1e-5 and rest_zero, (count, out[f"limited_{count}"])
+    *gaps, rest_zero = out["limited_autocast"]
+    assert max(gaps) < 0.02 and gaps[0] < 1e-3 and rest_zero, out["limited_autocast"]
+    *gaps, rest_zero = out["limited_mixed"]
+    assert max(gaps) < 1e-5 and rest_zero and out["limited_lse_past"] == 0.0, out
 
 
 def _objective(loss: str, n_items=40, seed=0):

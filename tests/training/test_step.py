@@ -3,6 +3,11 @@ the mean full-softmax cross-entropy of the real positions of a batch of left-pad
 static shapes that the whole-step modes capture as a CUDA graph, run on CPU without the graph, against it."""
 
 import copy
+import importlib.util
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -53,12 +58,13 @@ def left_padded_batches(rows_per_batch, length=12, items=40, seed=1):
     return batches
 
 
-def seeded_step(backbone="sasrec", batch_size=6, static_shapes=None, **options):
+def seeded_step(backbone="sasrec", batch_size=6, static_shapes=None, loss_path="auto", **options):
     config = TrainConfig(**{"d_model": 16, "n_layers": 1, "n_heads": 2, "dropout": 0.0, "max_len": 12, "lr": 0.01,
                             "device": "cpu", "batch_size": batch_size, **options})
     torch.manual_seed(0)
     model = SequentialRecommender(40, backbone, d_model=16, max_len=12, dropout=0.0, n_layers=1, n_heads=2)
-    return TrainingStep(model, config, torch.device("cpu"), backbone, static_shapes=static_shapes)
+    return TrainingStep(model, config, torch.device("cpu"), backbone, static_shapes=static_shapes,
+                        loss_path=loss_path)
 
 
 def test_the_static_step_trains_as_the_eager_step_and_its_loss_adds_up_on_the_device():
@@ -88,6 +94,30 @@ def test_a_padded_batch_gives_the_gradients_of_the_unpadded_one():
     torch.testing.assert_close(loss_padded, loss_exact, rtol=1e-6, atol=1e-6)
     for (name, parameter), same in zip(exact.model.named_parameters(), padded.model.parameters()):
         torch.testing.assert_close(same.grad, parameter.grad, rtol=1e-5, atol=1e-8, msg=name)
+
+
+STATIC_FUSED_CHECK = r"""
+import json
+from tests.training.test_step import left_padded_batches, seeded_step
+from prism_rec.training.step import step_gaps
+static = seeded_step(static_shapes=True, loss_path="fused")
+batches = left_padded_batches([6, 6, 4])
+print(json.dumps(step_gaps(seeded_step(loss_path="fused"), static, batches)))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
+def test_the_static_step_on_the_fused_kernels_trains_as_the_eager_step():
+    """Both steps on the fused loss through Triton's interpreter (a subprocess: Triton reads TRITON_INTERPRET
+    when its kernels are defined): the static step's loss reads only the rows before the device count of
+    trained positions (30 of 72 rows in each batch, so its second row block is skipped)."""
+    assert int(trained_positions(left_padded_batches([6])[0]).sum()) < 64  # FIXED_CONFIG's 64-row blocks
+    environment = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-c", STATIC_FUSED_CHECK], capture_output=True, text=True,
+                            env=environment, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    gaps = json.loads(result.stdout.strip().splitlines()[-1])
+    assert max(gaps["loss"], gaps["gradients"], gaps["parameters"]) < 1e-4, gaps
 
 
 def test_the_static_step_refuses_what_it_cannot_train():
