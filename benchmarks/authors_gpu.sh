@@ -17,7 +17,8 @@ set -uo pipefail
 out=${1:?usage: benchmarks/authors_gpu.sh OUT_DIR}
 export PROTOCOL=v3 BUDGET=${BUDGET:-240} DATASETS=${DATASETS:-ml-100k}
 export MODELS=${MODELS:-prism-authors,gdn-authors,mamba2-authors,mamba2,transformer++}
-export AUTHORS_ARGS="--budget $BUDGET --workers ${AUTHORS_WORKERS:-3}"
+# headline_gpu.sh passes the grid its own --budget (BUDGET less any compile check)
+export AUTHORS_ARGS="--workers ${AUTHORS_WORKERS:-3}"
 benchmarks/headline_gpu.sh "$out"
 status=$?
 grid=$out/authors_grid
@@ -26,9 +27,14 @@ if [ -f "$grid/manifest.jsonl" ]; then
     for file in "$grid"/cases/*.json; do
         if [ -f "$file" ] && [ ! -f "results/authors_grid/cases/${file##*/}" ]; then new+=("cases/${file##*/}"); fi
     done
-    tar czf "$out/authors_grid.tgz.tmp" -C "$out" authors_grid/manifest.jsonl authors_grid/authors_log.txt \
-        "${new[@]/#/authors_grid/}" && mv "$out/authors_grid.tgz.tmp" "$out/authors_grid.tgz" || status=1
-    echo "authors grid: ${#new[@]} new runs in $out/authors_grid.tgz"
-    rm -rf "$grid"
+    # the folder goes only once its archive is complete (the device returns at most 8 files)
+    if tar czf "$out/authors_grid.tgz.tmp" -C "$out" authors_grid/manifest.jsonl authors_grid/authors_log.txt \
+        "${new[@]/#/authors_grid/}" && mv "$out/authors_grid.tgz.tmp" "$out/authors_grid.tgz"; then
+        echo "authors grid: ${#new[@]} new runs in $out/authors_grid.tgz"
+        rm -rf "$grid"
+    else
+        echo "authors grid: packing failed; $grid left as it is"
+        status=1
+    fi
 fi
 exit $status
