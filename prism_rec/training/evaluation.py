@@ -64,8 +64,9 @@ def evaluate(model, dataset: ProcessedDataset, cases: np.ndarray, config: TrainC
         histories, targets = evaluation_batch(dataset, batch, config.max_len)
         scores = case_scores(model, torch.from_numpy(histories).to(device), torch.from_numpy(batch[:, 0]).to(device))
         targets = torch.from_numpy(targets - 1).to(device)
-        excluded = (torch.from_numpy(history_mask(dataset, batch)).to(device)
-                    if config.exclude_history else None)  # [C, I]
+        # [C, I]: needed for the history-filtered counts (full ranking) or for the kept top items
+        wanted = config.exclude_history and (negatives is None or case_ranks is not None)
+        excluded = torch.from_numpy(history_mask(dataset, batch)).to(device) if wanted else None
         above, tied_others, n_all = candidate_counts(scores, targets)  # [C] each
         if negatives is not None:
             counts = candidate_counts(scores, targets, negatives=torch.from_numpy(
