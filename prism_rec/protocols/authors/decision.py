@@ -36,12 +36,12 @@ BACKBONES = ("prism-authors", "gdn-authors", "prism", "gated_deltanet", "sasrec"
 HEADS = {AUTHORS: (PER_BACKBONE, EQUAL), NEXT_ITEM: ("-",)}
 
 
-def required_arms(null_next_item: bool = False) -> list[tuple[str, str, str]]:
+def required_arms() -> list[tuple[str, str, str]]:
     """The arms the decision needs, each once: (protocol, model, heads). Equal heads retrain only ``WIDE``;
-    the next-item null backbone only where ``null_next_item`` (none is registered for next-item)."""
+    no next-item null backbone (none is registered for next-item)."""
     arms = [(AUTHORS, model, PER_BACKBONE) for model in (*BACKBONES, NULL)]
     arms += [(AUTHORS, model, EQUAL) for model in WIDE]
-    arms += [(NEXT_ITEM, model, "-") for model in (*BACKBONES, *((NULL,) if null_next_item else ()))]
+    arms += [(NEXT_ITEM, model, "-") for model in BACKBONES]
     return arms
 
 
@@ -64,10 +64,10 @@ def within_noise(values: dict, protocol: str, heads: str) -> bool:
     return all(not (welch(a, b).p < ALPHA) for a, b in itertools.combinations(arms, 2))
 
 
-def missing(values: dict, seeds: int, null_next_item: bool = False) -> tuple[int, int, list[str]]:
+def missing(values: dict, seeds: int) -> tuple[int, int, list[str]]:
     """(runs there, runs needed, one phrase per incomplete arm)."""
     have, phrases = 0, []
-    arms = required_arms(null_next_item)
+    arms = required_arms()
     for protocol, model, heads in arms:
         count = min(len(values.get((protocol, model, heads), [])), seeds)
         have += count
@@ -77,12 +77,12 @@ def missing(values: dict, seeds: int, null_next_item: bool = False) -> tuple[int
     return have, len(arms) * seeds, phrases
 
 
-def explain(values: dict[tuple[str, str, str], list[float]], seeds: int, null_next_item: bool = False) -> str:
+def explain(values: dict[tuple[str, str, str], list[float]], seeds: int) -> str:
     """The plain statement: which explanations the per-seed values of each arm support, or what is missing.
 
     ``values``: {(protocol, model, heads): per-seed test AUC at the arm's chosen rate}; heads is
     per-backbone or equal under the authors' protocol, "-" under next-item."""
-    have, need, phrases = missing(values, seeds, null_next_item)
+    have, need, phrases = missing(values, seeds)
     if have < need:
         return f"Not resolved yet: {have} of {need} runs. Missing: " + "; ".join(phrases) + "."
     cells = {(protocol, implementation, heads): appears(values, protocol, implementation, heads)
