@@ -63,3 +63,14 @@ def test_the_expected_time_is_the_models_mean_else_the_slowest_models():
     assert expected_seconds(rows, "tiny", "sasrec") == pytest.approx(15.0)
     assert expected_seconds(rows, "tiny", "prism") == pytest.approx(15.0)
     assert expected_seconds(rows, "other", "prism") is None
+
+
+def test_a_preset_trains_every_seed_at_its_bases_chosen_rate_and_runs_no_grid():
+    rows = [row("prism", lr, valid=v) for lr, v in ((1e-4, 0.4), (1e-3, 0.6), (1e-2, 0.5))]
+    assert jobs(design(["prism", "prism-L0"], equal_head=None), []) == [
+        ("prism", 0, 1e-3, "per-backbone"), ("prism", 0, 1e-2, "per-backbone")]
+    # prism is of the first tier, prism-L0 of the second
+    assert jobs(design(["prism", "prism-L0"], equal_head=None), rows) == [
+        ("prism", 1, 1e-3, "per-backbone"), ("prism", 2, 1e-3, "per-backbone"),
+        ("prism-L0", 0, 1e-3, "per-backbone"), ("prism-L0", 1, 1e-3, "per-backbone"),
+        ("prism-L0", 2, 1e-3, "per-backbone")]

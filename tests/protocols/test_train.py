@@ -105,6 +105,7 @@ def test_a_run_expected_past_the_budget_does_not_start(task, tmp_path, monkeypat
 
 @pytest.mark.parametrize("argv, message", [
     (["--models", "bogus"], "option --models: unknown model 'bogus'"),
+    (["--models", "prism-L0"], "option --models: prism-L0 take the learning rate chosen for prism"),
     (["--datasets", "electronics-gerec"], "option --datasets: dataset 'electronics-gerec' has no time"),
     (["--lr", "0.001"], "option --lr: the grid chooses its rates"),
     (["--lr-grid", "1e-3,x"], "option --lr-grid: 'x' is not a number"),

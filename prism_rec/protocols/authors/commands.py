@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from ...errors import OptionError
+from ...experiments import tuning
 from ...experiments.headline.v3 import V3, grid_from_option
 from ...files import write_atomically
 from ...training.devices import resolve_device
@@ -102,6 +103,10 @@ def _design(args: argparse.Namespace) -> Design:
         check_dataset(dataset, "--datasets")
     for model in models:
         check_model(model, "--models")
+    try:
+        tuning.check_bases(models)
+    except ValueError as error:
+        raise OptionError(str(error)) from None
     equal = None if args.equal_head == "none" else str(head_width("null", args.equal_head, 1, option="--equal-head"))
     grid = V3.grid if args.lr_grid is None else grid_from_option(args.lr_grid, V3)
     return Design(tuple(datasets), tuple(models), tuple(_seeds(args.seeds)), _base_config(args, "null", "per-backbone"),

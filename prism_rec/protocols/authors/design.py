@@ -84,6 +84,8 @@ class Design:
                 if model == POP:
                     jobs.append(self._job(dataset, POP, self.seeds[0], self.base.lr))
                     continue
+                if tuning.tuning_base(model) != model:
+                    continue  # a preset trains at its base's chosen rate (tuning.py), every seed below
                 tried = by_rate.get((dataset, model), {})
                 missing = [r for r in self.grid.rates(tried) if r not in tried]
                 extension = self.grid.next_rate(tried)
@@ -94,8 +96,10 @@ class Design:
             for seed in self.seeds:
                 for model, head in group:
                     for dataset in self.datasets:
-                        rate = choices.get((dataset, model))
-                        if rate is not None and model != POP and (seed != tuning.TUNING_SEED or head != PER_BACKBONE):
+                        rate = tuning.rate_for(dataset, model, choices)
+                        tuned = (seed == tuning.TUNING_SEED and head == PER_BACKBONE
+                                 and tuning.tuning_base(model) == model)  # its run is in the grid
+                        if rate is not None and model != POP and not tuned:
                             jobs.append(self._job(dataset, model, seed, rate, head))
         return jobs
 
