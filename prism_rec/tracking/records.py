@@ -71,7 +71,7 @@ def run_settings(model: str, config: TrainConfig, device, distributed: bool = Fa
     params = {key: value for key, value in config.params().items() if not key.startswith("backbone.")}
     params.update(device=str(device),
                   precision=config.precision if device.type == "cuda" and not is_recbole(model) else "fp32",
-                  compile=resolve_compile(config.compile, device, distributed, model))
+                  compile=resolve_compile(config.compile, device, distributed, model, config.loss))
     params.update({f"backbone.{key}": value for key, value in sorted(backbone_options(model, config).items())})
     return params
 

@@ -214,7 +214,7 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
     for job in jobs:
         mode = job.config.compile  # "auto": the mode fit will resolve it to
         if mode == "auto":
-            mode = resolve_compile(mode, resolve_device(job.config.device), backbone=job.model)
+            mode = resolve_compile(mode, resolve_device(job.config.device), backbone=job.model, loss=job.config.loss)
         same_mode = per_epoch.get((job.dataset, (job.model, job.width), mode))
         any_mode = by_pair.get((job.dataset, (job.model, job.width)))
         per = statistics.fmean(same_mode or any_mode) if any_mode else (
