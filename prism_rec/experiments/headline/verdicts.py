@@ -116,10 +116,11 @@ class Comparison:
 
 
 def compare(first: str, second: str, seeds_a, seeds_b, per_user_a: np.ndarray, per_user_b: np.ndarray,
-            dataset: str, level: float, seed: int = 0) -> Comparison:
-    """``first`` − ``second``: per-seed test AUCs ``seeds_a``/``seeds_b`` and per-user AUC [S, U] matrices."""
+            dataset: str, level: float, seed: int = 0, gap: tuple[float, str] | None = None) -> Comparison:
+    """``first`` − ``second``: per-seed test AUCs ``seeds_a``/``seeds_b`` and per-user AUC [S, U] matrices;
+    ``gap`` (size, source) replaces the paper's gap of interest (:func:`gap_of_interest`) where given."""
     differences = np.atleast_2d(per_user_a).mean(axis=0) - np.atleast_2d(per_user_b).mean(axis=0)
-    gap, source = gap_of_interest(dataset, first, second)
+    gap, source = gap_of_interest(dataset, first, second) if gap is None else gap
     return Comparison(first, second, seedstats.welch(seeds_a, seeds_b), stable_interval(differences, level, seed),
                       gap, source)
 
