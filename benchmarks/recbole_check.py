@@ -2,13 +2,15 @@
 sasrec on the same split with the same sizes and budget, tuned the same way, both evaluated by this
 suite's evaluator; writes results/recbole_check.md (the command that made it at its top).
 
-Tuning, the same for both sides and every dataset: each learning rate of ``--rates`` trains on seed 0;
+Tuning, the same for both sides and every dataset: each learning rate of ``--lr-grid`` trains on seed 0;
 the rate whose best checkpoint has the highest validation AUC (this suite's evaluator, for both sides) is
-chosen; the seeds of ``--seeds`` are reported at that rate. Both train with their own loss and loop until
-early stopping (``--patience`` validations without improvement) or the ``--epochs`` cap, which the report
-shows beside each best epoch: ours full-softmax cross-entropy over windows with AdamW, stopping on
-validation AUC; RecBole's cross-entropy over its augmented prefixes with Adam, its dropout (0.5), stopping
-on its validation MRR@10. Sizes (d_model, layers, heads, max_len), batch size, cap and patience are shared.
+chosen by the suite's rule (prism_rec/experiments/tuning.choose_rate: ties go to the smaller rate; a grid run
+that failed or never started is left out of the choice); the seeds of ``--seeds`` are reported at that rate.
+Both train with their own loss and loop until early stopping (``--patience`` validations without improvement)
+or the ``--epochs`` cap, which the report shows beside each best epoch: ours full-softmax cross-entropy over
+windows with AdamW, stopping on validation AUC; RecBole's cross-entropy over its augmented prefixes with Adam,
+its dropout (0.5), stopping on its validation MRR@10. Sizes (d_model, layers, heads, max_len), batch size, cap
+and patience are shared.
 
 Runs are separate processes, ``--jobs`` at once (RecBole's loop is CPU-bound Python: on one GPU under CUDA
 MPS, one process a core). The queue holds every seed-0 run of the grid, then the other seeds at every rate
@@ -19,7 +21,16 @@ seconds bound the command: a run starts only when the time left covers its estim
 epoch seen for its dataset and model, times the most epochs a finished run of them took, or ``--expected-
 epochs`` before one finished, plus the start-up seen), and a run still going at the end is stopped; the report
 lists both. Each finished run is kept in ``--runs-dir``, so the same command run again (that folder carried
-back) goes on where this one stopped.
+back) goes on where this one stopped. (The suite's executor, prism_rec/experiments/jobs.run_jobs, cannot do
+this: it stops running jobs only all at once at the deadline, so a run working ahead at a rate not chosen
+would hold its process to the end, and its queue is its own, so the runs at a chosen rate could not move
+ahead of those working ahead.)
+
+The verdict on ours minus RecBole's is the headline's rule (prism_rec/experiments/headline/verdicts.py) with
+``--margin`` as the gap of interest: "better" / "worse" needs Welch's p over the seeds' test AUCs under 0.05
+and the paired bootstrap interval over test users on the same side of 0; "as good" needs Welch's interval
+over seeds inside ±x with x <= ``--margin``; otherwise "not resolved". The report gives both intervals and
+the difference the seeds can detect (prism_rec/statistics.py).
 
     python benchmarks/recbole_check.py --datasets ml-100k,electronics-gerec --seeds 3 --device cuda \\
         --jobs 14 --expected-epochs 25 --budget 470
@@ -44,12 +55,15 @@ import torch
 
 from prism_rec.data.batching import training_windows
 from prism_rec.data.sources import load_dataset
+from prism_rec.experiments import tuning
+from prism_rec.experiments.headline import verdicts
 from prism_rec.files import write_atomically
 from prism_rec.options import parse_seeds
 from prism_rec.paths import RESULTS_DIR
 from prism_rec.recbole_bridge.run import fit_recbole
 from prism_rec.recbole_bridge.split import training_cases
-from prism_rec.tracking.bootstrap import LEVEL, bootstrap_mean_ci, paired_difference
+from prism_rec.statistics import ALPHA, POWER
+from prism_rec.tracking.bootstrap import LEVEL, bootstrap_mean_ci
 from prism_rec.tracking.case_ranks import decode, encode
 from prism_rec.training.config import TrainConfig
 from prism_rec.training.devices import resolve_device
@@ -86,17 +100,6 @@ def parse_job(text: str) -> Job:
     return Job(dataset, model, int(seed), float(lr))
 
 
-def parse_rates(text: str) -> list[float]:
-    """``--rates``: a comma list of distinct positive learning rates."""
-    try:
-        rates = [float(value) for value in text.split(",")]
-    except ValueError:
-        raise SystemExit(f"option --rates: expected a comma list of numbers, got {text!r}") from None
-    if not rates or min(rates) <= 0 or len(set(rates)) < len(rates):
-        raise SystemExit(f"option --rates: expected distinct positive learning rates, got {text!r}")
-    return rates
-
-
 def train_one(job: Job, base: TrainConfig, runs_dir: Path) -> None:
     """The worker: train ``job``, appending the time of each validated epoch to its .progress file, and
     write its result to its .json file (test and best-validation metrics, epochs, wall seconds, case ranks)."""
@@ -129,15 +132,15 @@ class Schedule:
     left_out: dict[Job, str] = field(default_factory=dict)  # job -> why it has no result
 
     def choose(self) -> None:
-        """Choose the rate of every (dataset, model) whose grid runs have all ended (the best validation AUC
-        among those that finished), dropping its runs at other rates."""
+        """Choose the rate of every (dataset, model) whose grid runs have all ended (tuning.choose_rate over
+        those that finished), dropping its runs at other rates."""
         for key, runs in self.grid.items():
             if key in self.chosen or any(job not in self.finished and job not in self.left_out for job in runs):
                 continue
-            done = [job for job in runs if job in self.finished]
-            if not done:
+            by_rate = {job.lr: self.finished[job]["valid"]["auc"] for job in runs if job in self.finished}
+            if not by_rate:
                 continue
-            self.chosen[key] = max(done, key=lambda job: self.finished[job]["valid"]["auc"]).lr
+            self.chosen[key] = tuning.choose_rate(by_rate, tuple(by_rate))
             for job in [job for job in self.queue if (job.dataset, job.model) == key and job.lr != self.chosen[key]]:
                 self.queue.remove(job)
             for job in [job for job in self.running if (job.dataset, job.model) == key
@@ -233,35 +236,64 @@ def report_run(job: Job, run: dict) -> None:
           flush=True)
 
 
-def per_user_auc(entry: dict, n_users: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-user mean test AUC [U] and case counts [U] of a run's case ranks (users without a case dropped)."""
+def per_user_auc(entry: dict, n_users: int) -> np.ndarray:
+    """Per-user test AUC [U] of a run's case ranks (one case a user, check_one_case_a_user), users in id order."""
     ranks = decode(entry)
-    counts = np.bincount(ranks.users, minlength=n_users)
-    sums = np.bincount(ranks.users, weights=ranks.auc(), minlength=n_users)
-    kept = counts > 0
-    return sums[kept] / counts[kept], counts[kept]
+    kept = np.bincount(ranks.users, minlength=n_users) > 0
+    return np.bincount(ranks.users, weights=ranks.auc(), minlength=n_users)[kept]
 
 
-def outcome(difference, margin: float) -> str:
-    """The check's verdict on ours minus RecBole's: "as good" when the interval lies within ±``margin``;
-    else "better" / "worse" when the interval over users excludes 0 and Welch's p over seeds is under 0.05;
-    else "not resolved"."""
-    if -margin <= difference.low and difference.high <= margin:
-        return f"as good (the interval lies within ±{margin:g} AUC)"
-    if difference.significant:
-        return "better" if difference.mean > 0 else "worse"
-    return (f"not resolved (the interval leaves ±{margin:g} AUC and the gap is not clear of the seed spread"
-            f"{'' if math.isfinite(difference.seed_p) else ': under 2 seeds a side'})")
+def check_one_case_a_user(name: str, dataset) -> None:
+    """Refuses a dataset whose split gives a user several test cases: the verdict's bootstrap over test users
+    (headline/verdicts.stable_interval) takes one value a user."""
+    users = dataset.test_cases[:, 0]
+    if len(np.unique(users)) < len(users):
+        raise SystemExit(f"option --datasets: {name} (split {dataset.options['split']}) has users with several "
+                         "test cases; the check compares one test case a user (a leave-one-out split)")
 
 
-def converged_outcome(difference, margin: float, capped: int, n_runs: int, cap: int) -> str:
+def compare_sides(seeds_ours, seeds_theirs, per_user_ours: np.ndarray, per_user_theirs: np.ndarray,
+                  margin: float) -> verdicts.Comparison:
+    """Ours minus RecBole's (module docstring): per-seed test AUCs and per-user test AUC [S, U] of each side,
+    ``margin`` the gap of interest; a family of one comparison, so its p needs no adjustment."""
+    comparison = verdicts.compare(OURS, THEIRS, seeds_ours, seeds_theirs, per_user_ours, per_user_theirs, "",
+                                  LEVEL, gap=(margin, "--margin"))
+    return replace(comparison, adjusted_p=comparison.seeds.p, verdict=verdicts.decide(comparison, comparison.seeds.p))
+
+
+def outcome(comparison: verdicts.Comparison) -> str:
+    """The verdict of :func:`compare_sides` in the check's words: "better", "worse", "as good (...)" or "not
+    resolved (...)"."""
+    words = comparison.verdict
+    if words.startswith("equal within"):
+        return f"as good ({words} AUC over seeds, inside the --margin ±{comparison.gap:g})"
+    return {f"{OURS} > {THEIRS}": "better", f"{OURS} < {THEIRS}": "worse"}.get(words, words)
+
+
+def converged_outcome(comparison: verdicts.Comparison, capped: int, n_runs: int, cap: int) -> str:
     """:func:`outcome`, or "not resolved" where ``capped`` of the ``n_runs`` compared runs ended at the epoch
     cap rather than by early stopping (the capped reading said too)."""
-    reading = outcome(difference, margin)
+    reading = outcome(comparison)
     if not capped:
         return reading
     return (f"not resolved: {capped} of the {n_runs} runs compared reached the epoch cap ({cap}) instead of "
             f"stopping early (the capped runs read: {reading})")
+
+
+def verdict_sentence(comparison: verdicts.Comparison, capped: int, n_runs: int, cap: int) -> str:
+    """The report's sentence on whether our SASRec is as good as RecBole's: both intervals, the detectable
+    difference and the verdict."""
+    seeds, users = comparison.seeds, comparison.users
+    known = math.isfinite(seeds.p)
+    welch = (f"{1 - ALPHA:.0%} Welch interval over seeds ({seeds.n_a} and {seeds.n_b}) [{seeds.low:+.4f}, "
+             f"{seeds.high:+.4f}], p {seeds.p:.3g}" if known
+             else f"Welch interval over seeds ({seeds.n_a} and {seeds.n_b}) n/a: seed spread unknown")
+    detectable = f"{seeds.detectable:.4f}" if math.isfinite(seeds.detectable) else "n/a"
+    return (f"**Ours minus RecBole's test AUC: {seeds.mean:+.4f}; {welch}; {users.level:.0%} paired bootstrap "
+            f"interval over test users [{users.low:+.4f}, {users.high:+.4f}] ({users.n_resamples:,} resamples"
+            f"{', at the boundary' if users.at_boundary else ''}); difference the seeds detect ({POWER:.0%} power, "
+            f"α {ALPHA}): {detectable}; gap of interest (--margin) {comparison.gap:g}: "
+            f"{converged_outcome(comparison, capped, n_runs, cap)}.**")
 
 
 def steps_per_epoch(dataset, config: TrainConfig) -> dict[str, int]:
@@ -297,45 +329,41 @@ def result_lines(dataset, runs: dict, seeds: list[int], cap: int) -> tuple[list[
     """The table at the chosen rates over ``seeds`` (finished by both), and each model's per-user AUC [S, U]."""
     lines = ["| model | " + " | ".join(SHOWN) + " | AUC 95% interval (test users) | best epoch / run per seed "
              f"(cap {cap}) | wall s per run |", "|---" * (len(SHOWN) + 4) + "|"]
-    per_user, cases = {}, None
+    per_user = {}
     for model, by_seed in runs.items():
         chosen = [by_seed[seed] for seed in seeds]
-        rows = [per_user_auc(run["case_ranks"], dataset.n_users) for run in chosen]
-        per_user[model], cases = np.stack([values for values, _ in rows]), rows[0][1]
-        low, high = bootstrap_mean_ci(per_user[model], cases=None if (cases == 1).all() else cases)
+        per_user[model] = np.stack([per_user_auc(run["case_ranks"], dataset.n_users) for run in chosen])
+        low, high = bootstrap_mean_ci(per_user[model])
         means = [np.mean([run["test"][key] for run in chosen]) for key in SHOWN]
         epochs = ", ".join(f"{run['best_epoch']}/{run['epochs_run']}" + (" (cap)" if run["epochs_run"] >= cap else "")
                            for run in chosen)
         wall = np.mean([run["wall_seconds"] for run in chosen])
         lines.append(f"| {model} | " + " | ".join(f"{value:.4f}" for value in means)
                      + f" | [{low:.4f}, {high:.4f}] | {epochs} | {wall:.0f} |")
-    return lines, {"per_user": per_user, "cases": None if (cases == 1).all() else cases}
+    return lines, per_user
 
 
 def dataset_section(name: str, dataset, schedule: Schedule, seeds: list[int], config: TrainConfig,
                     margin: float) -> str:
     """The Markdown section of ``name``: the rate grid, the results at the chosen rates over the seeds both
-    models finished, the paired difference and its verdict, and the runs left out."""
+    models finished, the comparison and its verdict, and the runs left out."""
     lines = [f"## {name}: {dataset.n_users:,} users, {dataset.n_items:,} items, split {dataset.options['split']}",
-             "", "Rate grid (seed 0; the rate with the best validation AUC is chosen):", "",
+             "", "Rate grid (seed 0; the rate with the best validation AUC is chosen, ties to the smaller):", "",
              *grid_table(name, schedule), ""]
     runs = chosen_runs(name, schedule, seeds)
     common = sorted(set.intersection(*(set(by_seed) for by_seed in runs.values())))
     if not common:
         return "\n".join([*lines, "No seed finished by both models at their chosen rates.", *left_out_lines(name,
                                                                                                           schedule)])
-    table, values = result_lines(dataset, runs, common, config.epochs)
+    table, per_user = result_lines(dataset, runs, common, config.epochs)
     compared = [by_seed[seed] for by_seed in runs.values() for seed in common]
     capped = sum(run["epochs_run"] >= config.epochs for run in compared)
-    difference = paired_difference(values["per_user"][OURS], values["per_user"][THEIRS], cases=values["cases"])
-    welch = f"{difference.seed_p:.3g}" if math.isfinite(difference.seed_p) else "n/a"
+    comparison = compare_sides(*([runs[model][seed]["test"]["auc"] for seed in common] for model in (OURS, THEIRS)),
+                               per_user[OURS], per_user[THEIRS], margin)
     steps = steps_per_epoch(dataset, config)
     chosen = ", ".join(f"{model} {schedule.chosen[name, model]:g}" for model in MODELS)
     lines += [f"At the chosen rates ({chosen}), seed(s) {', '.join(map(str, common))}:", "", *table, "",
-              f"**Ours minus RecBole's, per-user test AUC over {difference.n_users:,} users: {difference.mean:+.4f}, "
-              f"{LEVEL:.0%} paired bootstrap interval over test users [{difference.low:+.4f}, {difference.high:+.4f}], "
-              f"Welch p over seeds {welch}, Wilcoxon p {difference.wilcoxon_p:.3g}: "
-              f"{converged_outcome(difference, margin, capped, len(compared), config.epochs)}.**", "",
+              verdict_sentence(comparison, capped, len(compared), config.epochs), "",
               f"Optimizer steps per epoch at batch {config.batch_size}: ours {steps[OURS]:,} (every training target "
               f"once, in windows of {config.max_len + 1}), RecBole's {steps[THEIRS]:,} (one sequence per target). "
               + wall_note(name, schedule), *left_out_lines(name, schedule)]
@@ -362,7 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default="ml-100k,electronics-gerec", help="comma list")
     parser.add_argument("--seeds", default="3", help="a count N (seeds 0..N-1) or a comma list; the first tunes")
-    parser.add_argument("--rates", default="3e-4,1e-3,3e-3", help="the learning-rate grid (comma list)")
+    parser.add_argument("--lr-grid", default=",".join(f"{rate:g}" for rate in tuning.LR_GRID),
+                        help="the learning-rate grid: increasing comma list (tuning.parse_grid)")
     parser.add_argument("--epochs", type=int, default=50, help="the epoch cap")
     parser.add_argument("--expected-epochs", type=int, help="a run's epochs in the time estimate before a run of "
                         "its dataset and model finished (default: the cap)")
@@ -375,7 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (separate processes)")
-    parser.add_argument("--margin", type=float, default=0.005, help="AUC difference taken as equally good")
+    parser.add_argument("--margin", type=float, default=0.005,
+                        help="the gap of interest: an AUC difference within it counts as equally good")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "recbole_check.md")
     parser.add_argument("--runs-dir", type=Path, default=Path("build/recbole_check"),
                         help="each finished run is kept here; a later command reuses it")
@@ -387,8 +417,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    if args.jobs < 1 or args.threads < 1 or args.budget <= 0:
-        raise SystemExit("options --jobs and --threads must be >= 1 and --budget > 0")
+    if args.jobs < 1 or args.threads < 1 or args.budget <= 0 or args.margin <= 0:
+        raise SystemExit("options --jobs and --threads must be >= 1, --budget and --margin > 0")
+    try:
+        rates = list(tuning.parse_grid(args.lr_grid))
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     torch.set_num_threads(args.threads)
     base = TrainConfig(d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, max_len=args.max_len,
                        batch_size=args.batch_size, epochs=args.epochs, patience=args.patience, device=args.device,
@@ -396,8 +430,10 @@ def main(argv: list[str] | None = None) -> None:
     base.validate()
     if args.run is not None:
         return train_one(args.run, base, args.runs_dir)
-    deadline, seeds, rates = time.time() + args.budget, parse_seeds(args.seeds), parse_rates(args.rates)
+    deadline, seeds = time.time() + args.budget, parse_seeds(args.seeds)
     datasets = [(name, load_dataset(name)) for name in args.datasets.split(",")]  # caches made before any run
+    for name, dataset in datasets:
+        check_one_case_a_user(name, dataset)
     schedule = initial_schedule(datasets, seeds, rates, args.expected_epochs or args.epochs)
     started = time.perf_counter()
     run_schedule(schedule, argv, args.runs_dir, args.jobs, deadline)

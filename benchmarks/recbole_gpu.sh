@@ -12,7 +12,7 @@
 # texttable (it has colorama 0.4.6, tensorboard 2.21.0, protobuf, absl-py, scikit-learn, tqdm, pyyaml),
 # fetched with gpu_setup.sh's pip download line, --no-deps, into .whl/recbole: colorlog==4.7.2 texttable==1.7.2
 # (two small py3-none-any wheels). The script stops before any work, naming what is still missing.
-# DATASETS (default ml-100k,electronics-gerec), SEEDS (default 3), RATES (default 3e-4,1e-3,3e-3), JOBS
+# DATASETS (default ml-100k,electronics-gerec), SEEDS (default 3), LR_GRID (default 3e-4,1e-3,3e-3), JOBS
 # (default 14), BUDGET (default 470) and EXPECTED_EPOCHS (default 25: the epochs a run is expected to take
 # before one of its kind has finished: RecBole's SASRec on ml-100k at lr 1e-3 had its best epoch at 13,
 # issue 42, so about 18 at patience 5) change the check. OUT receives recbole_check.md (copy it to
@@ -38,7 +38,7 @@ print('RecBole and its imports are here')
 mkdir -p "$out" build
 budget=${BUDGET:-470}
 timeout $((budget + 60)) python3 benchmarks/recbole_check.py --datasets "${DATASETS:-ml-100k,electronics-gerec}" \
-    --seeds "${SEEDS:-3}" --rates "${RATES:-3e-4,1e-3,3e-3}" --device cuda --jobs "${JOBS:-14}" \
+    --seeds "${SEEDS:-3}" --lr-grid "${LR_GRID:-3e-4,1e-3,3e-3}" --device cuda --jobs "${JOBS:-14}" \
     --expected-epochs "${EXPECTED_EPOCHS:-25}" --budget "$budget" --out "$out/recbole_check.md" \
     --runs-dir build/recbole_check 2>&1 \
     | tee "$out/recbole_check_log.txt"

@@ -1,14 +1,16 @@
-"""benchmarks/recbole_check.py's scheduling and verdict: the rate each side chooses on seed 0, the runs at
-other rates dropped, the time estimate a run must fit in, and the words of the verdict."""
+"""benchmarks/recbole_check.py's scheduling and verdict: the rate each side chooses on seed 0 (the suite's
+rule), the runs at other rates dropped, the time estimate a run must fit in, and the verdict (the headline's
+rule: Welch over seeds, the paired bootstrap over test users, the detectable difference) against direct
+computations on synthetic inputs."""
 
 import importlib.util
 import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
-
-from prism_rec.tracking.bootstrap import PairedDifference
+from scipy import stats
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "recbole_check.py"
 
@@ -88,24 +90,98 @@ def test_the_estimate_follows_the_epochs_seen(check, tmp_path):
     assert schedule.estimate(check.Job("d", "recbole:SASRec", 1, 1e-3), tmp_path) == 0  # another model's
 
 
-@pytest.mark.parametrize(("low", "high", "seed_p", "words"), [
-    (-0.003, 0.004, 0.5, "as good"), (0.01, 0.02, 0.01, "better"), (-0.02, -0.01, 0.01, "worse"),
-    (-0.02, -0.01, 0.3, "not resolved"), (-0.02, 0.01, math.nan, "not resolved"),
-])
-def test_the_verdict(check, low, high, seed_p, words):
-    difference = PairedDifference((low + high) / 2, low, high, low > 0 or high < 0, 0.01, 100, seed_p)
-    assert check.outcome(difference, 0.005).startswith(words)
+def test_the_rate_choice_is_the_suites_tie_rule(check):
+    schedule = check.initial_schedule([("d", FakeDataset(5))], [0], [1e-3, 3e-3], expected_epochs=9)
+    low, high = schedule.grid["d", "sasrec"]
+    schedule.finished[low] = schedule.finished[high] = {"valid": {"auc": 0.8}}
+    schedule.choose()
+    assert schedule.chosen["d", "sasrec"] == 1e-3  # tuning.choose_rate: a tie goes to the smaller rate
 
 
-def test_bad_rates_are_refused_by_name(check):
-    for bad in ("1e-3,x", "0,1e-3", "1e-3,1e-3"):
-        with pytest.raises(SystemExit, match="option --rates"):
-            check.parse_rates(bad)
+def welch_direct(a, b, level=0.95):
+    """Welch's interval and two-sided p of mean(a) - mean(b), from the Welch-Satterthwaite formula."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    mean, se = a.mean() - b.mean(), math.sqrt(va + vb)
+    half = stats.t.ppf((1 + level) / 2, dof) * se
+    return mean - half, mean + half, 2 * stats.t.sf(abs(mean) / se, dof)
+
+
+def power_direct(difference, std, n_a, n_b, alpha=0.05):
+    """The power of the two-sided two-sample t test (pooled) at a true ``difference``: noncentral t."""
+    dof, shift = n_a + n_b - 2, difference / (std * math.sqrt(1 / n_a + 1 / n_b))
+    critical = stats.t.ppf(1 - alpha / 2, dof)
+    return stats.nct.sf(critical, dof, shift) + stats.nct.cdf(-critical, dof, shift)
+
+
+def per_user(seed_values, users=400, spread=0.1, offset=0.0, noise=0.0, rng_seed=0):
+    """Per-user AUC [S, U]: a user effect shared by both sides (the same rng_seed) plus each seed's value."""
+    rng = np.random.default_rng(rng_seed)
+    base = rng.normal(0, spread, users)
+    extra = np.random.default_rng(rng_seed + 1).normal(0, noise, users) if noise else 0
+    return np.stack([value + base + offset + extra for value in seed_values])
+
+
+def test_as_good_needs_the_seed_interval_inside_the_margin(check):
+    ours, theirs = [0.8010, 0.8030, 0.8050], [0.8020, 0.8035, 0.8045]
+    comparison = check.compare_sides(ours, theirs, per_user(ours), per_user(theirs), 0.005)
+    low, high, p = welch_direct(ours, theirs)
+    assert (comparison.seeds.low, comparison.seeds.high, comparison.seeds.p) == pytest.approx((low, high, p))
+    assert max(abs(low), abs(high)) <= 0.005
+    assert check.outcome(comparison) == f"as good (equal within ±{max(abs(low), abs(high)):.4f} AUC over seeds, " \
+        "inside the --margin ±0.005)"
+    narrow = check.compare_sides(ours, theirs, per_user(ours), per_user(theirs), max(abs(low), abs(high)) / 2)
+    assert check.outcome(narrow).startswith("not resolved (a gap of ±")  # the same data, a tighter margin
+    std = math.sqrt((np.var(ours, ddof=1) * 2 + np.var(theirs, ddof=1) * 2) / 4)
+    assert power_direct(comparison.seeds.detectable, std, 3, 3) == pytest.approx(0.8, abs=1e-3)
+
+
+def test_better_needs_the_seeds_and_the_test_users_on_one_side(check):
+    ours, theirs = [0.8200, 0.8210, 0.8225], [0.8000, 0.8010, 0.8020]
+    comparison = check.compare_sides(ours, theirs, per_user(ours), per_user(theirs), 0.005)
+    assert welch_direct(ours, theirs)[2] < 0.05 and check.outcome(comparison) == "better"
+    differences = per_user(ours).mean(0) - per_user(theirs).mean(0)
+    assert (comparison.users.low, comparison.users.high) == pytest.approx((differences.mean(),) * 2)  # one value each
+    assert check.outcome(check.compare_sides(theirs, ours, per_user(theirs), per_user(ours), 0.005)) == "worse"
+    noisy = check.compare_sides(ours, theirs, per_user(ours, offset=-0.0205, noise=0.3), per_user(theirs), 0.005)
+    users = noisy.users  # the per-user differences: about N(0, 0.3) over 400 users, so the interval spans 0
+    spread = (per_user(ours, offset=-0.0205, noise=0.3).mean(0) - per_user(theirs).mean(0))
+    half = 1.96 * spread.std(ddof=1) / math.sqrt(len(spread))
+    assert (users.low, users.high) == pytest.approx((spread.mean() - half, spread.mean() + half), abs=0.004)
+    assert check.outcome(noisy) == "not resolved (seeds separate them; the test users' interval includes 0)"
+
+
+def test_one_seed_a_side_is_not_resolved(check):
+    comparison = check.compare_sides([0.80], [0.70], per_user([0.80]), per_user([0.70]), 0.005)
+    assert check.outcome(comparison) == "not resolved (seed spread unknown)"
+    assert "n/a: seed spread unknown" in check.verdict_sentence(comparison, 0, 2, 50)
 
 
 def test_runs_at_the_cap_leave_the_verdict_open(check):
-    difference = PairedDifference(-0.015, -0.02, -0.01, True, 0.01, 100, 0.01)
-    assert check.converged_outcome(difference, 0.005, 0, 6, 50) == "worse"
-    assert check.converged_outcome(difference, 0.005, 2, 6, 50) == (
+    ours, theirs = [0.8000, 0.8010, 0.8020], [0.8200, 0.8210, 0.8225]
+    comparison = check.compare_sides(ours, theirs, per_user(ours), per_user(theirs), 0.005)
+    assert check.converged_outcome(comparison, 0, 6, 50) == "worse"
+    assert check.converged_outcome(comparison, 2, 6, 50) == (
         "not resolved: 2 of the 6 runs compared reached the epoch cap (50) instead of stopping early (the capped "
         "runs read: worse)")
+    sentence = check.verdict_sentence(comparison, 0, 6, 50)
+    low, high, p = welch_direct(ours, theirs)
+    assert f"[{low:+.4f}, {high:+.4f}], p {p:.3g}" in sentence
+    assert "paired bootstrap interval over test users" in sentence and sentence.endswith("worse.**")
+    assert f"detect (80% power, α 0.05): {comparison.seeds.detectable:.4f}" in sentence
+
+
+def test_bad_rates_are_refused_by_name(check):
+    for bad in ("1e-3,x", "0,1e-3", "1e-3,1e-3", "3e-3,1e-3"):
+        with pytest.raises(SystemExit, match="option --lr-grid"):
+            check.main(["--lr-grid", bad])
+
+
+def test_several_test_cases_a_user_are_refused(check):
+    class TimeSplit:
+        test_cases = np.array([[0, 1], [0, 2], [1, 3]])
+        options = {"split": "time"}
+
+    with pytest.raises(SystemExit, match="option --datasets: d .split time. has users with several test cases"):
+        check.check_one_case_a_user("d", TimeSplit())
