@@ -115,7 +115,7 @@ def train_one(job: Job, base: TrainConfig, runs_dir: Path) -> None:
     cases = result.test_case_ranks
     run = {"test": result.test, "valid": result.valid, "best_epoch": result.best_epoch,
            "epochs_run": result.epochs_run, "wall_seconds": time.perf_counter() - started,
-           "case_ranks": encode(cases["users"], cases["twice_rank"], cases["n_items"], cases.get("top_items"))}
+           "case_ranks": encode(cases["users"], cases["twice_rank"], cases["n_items"])}
     write_atomically(job.path(runs_dir), json.dumps(run))
 
 

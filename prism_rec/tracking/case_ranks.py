@@ -8,11 +8,10 @@ averages (trainer.evaluate derives both from metrics.target_counts). An entry ho
 zlib-compressed little-endian int32 in base64, so one JSON line per run stays small (about 2 bytes per test
 user); :func:`decode` checks what it reads.
 
-Runs evaluated since the beyond-accuracy metrics also keep ``top_items`` [N, K]: each case's K best item
-columns (0-based, best first; training/evaluation.py says which K and which candidates), packed as
-little-endian uint16 where every item fits (int32 otherwise), so that coverage@K and average popularity@K
-(training/metrics.beyond_accuracy) can be computed later too. An entry written before then has no
-``top_items``: its run gains those metrics only by evaluating its model again.
+Entries written for a while also held ``top_items`` (each case's top-K item columns, with ``top_k``); they
+made an entry about 2.7 times larger and nothing read them (the run logs coverage@K and average popularity@K
+at every K they could give, training/evaluation.py), so they are no longer written, and :func:`decode` reads
+such an entry as any other, its top items left aside.
 """
 
 from __future__ import annotations
@@ -26,46 +25,34 @@ import numpy as np
 CASE_RANKS_FORMAT = "prism-rec-case-ranks-1"
 
 
-def _pack(values: np.ndarray, dtype: str = "<i4") -> str:
-    return base64.b64encode(zlib.compress(np.ascontiguousarray(values, dtype=dtype).tobytes(), 9)).decode()
+def _pack(values: np.ndarray) -> str:
+    return base64.b64encode(zlib.compress(np.ascontiguousarray(values, dtype="<i4").tobytes(), 9)).decode()
 
 
-def _unpack(text: str, dtype: str = "<i4") -> np.ndarray:
-    return np.frombuffer(zlib.decompress(base64.b64decode(text)), dtype=dtype).astype(np.int64)
-
-
-def _item_dtype(n_items: int) -> str:
-    return "<u2" if n_items <= 1 << 16 else "<i4"
+def _unpack(text: str) -> np.ndarray:
+    return np.frombuffer(zlib.decompress(base64.b64decode(text)), dtype="<i4").astype(np.int64)
 
 
 @dataclass(frozen=True)
 class CaseRanks:
-    """The per-case results of one run: ``users`` [N] and ``twice_rank`` [N] among ``n_items`` items, and
-    ``top_items`` [N, K] where the run kept them (None otherwise)."""
+    """The per-case results of one run: ``users`` [N] and ``twice_rank`` [N] among ``n_items`` items."""
 
     users: np.ndarray
     twice_rank: np.ndarray
     n_items: int
-    top_items: np.ndarray | None = None
 
     def auc(self) -> np.ndarray:
         """Per-case AUC [N] (float64)."""
         return 1.0 - self.twice_rank / (2.0 * (self.n_items - 1))
 
 
-def encode(users: np.ndarray, twice_rank: np.ndarray, n_items: int, top_items: np.ndarray | None = None) -> dict:
-    """The JSON-ready form of one run's case results (``top_items`` [N, K] left out when None)."""
+def encode(users: np.ndarray, twice_rank: np.ndarray, n_items: int) -> dict:
+    """The JSON-ready form of one run's case results."""
     users, twice_rank = np.asarray(users), np.asarray(twice_rank)
     if users.shape != twice_rank.shape or users.ndim != 1:
         raise ValueError(f"case ranks: users {users.shape} and ranks {twice_rank.shape} must be equal 1-d arrays")
-    entry = {"format": CASE_RANKS_FORMAT, "n_items": int(n_items), "n_cases": int(len(users)),
-             "users": _pack(users), "twice_rank": _pack(twice_rank)}
-    if top_items is not None:
-        top_items = np.asarray(top_items)
-        if top_items.ndim != 2 or len(top_items) != len(users):
-            raise ValueError(f"case ranks: top items {top_items.shape} must be [{len(users)}, K]")
-        entry.update(top_k=int(top_items.shape[1]), top_items=_pack(top_items, _item_dtype(n_items)))
-    return entry
+    return {"format": CASE_RANKS_FORMAT, "n_items": int(n_items), "n_cases": int(len(users)),
+            "users": _pack(users), "twice_rank": _pack(twice_rank)}
 
 
 def decode(entry: dict, where: str = "case ranks") -> CaseRanks:
@@ -78,14 +65,4 @@ def decode(entry: dict, where: str = "case ranks") -> CaseRanks:
         raise ValueError(f"{where}: {len(users)} users, {len(twice_rank)} ranks, n_cases {entry['n_cases']}")
     if len(twice_rank) and (twice_rank.min() < 0 or twice_rank.max() > 2 * (n_items - 1)):
         raise ValueError(f"{where}: a rank outside [0, {n_items - 1}]")
-    return CaseRanks(users, twice_rank, n_items, _decode_top_items(entry, where) if "top_items" in entry else None)
-
-
-def _decode_top_items(entry: dict, where: str) -> np.ndarray:
-    n_items, k = int(entry["n_items"]), int(entry["top_k"])
-    top = _unpack(entry["top_items"], _item_dtype(n_items))
-    if len(top) != entry["n_cases"] * k:
-        raise ValueError(f"{where}: {len(top)} top items for {entry['n_cases']} cases of {k}")
-    if len(top) and top.max() >= n_items:
-        raise ValueError(f"{where}: a top item outside [0, {n_items - 1}]")
-    return top.reshape(-1, k)
+    return CaseRanks(users, twice_rank, n_items)

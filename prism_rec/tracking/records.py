@@ -122,7 +122,7 @@ def make_record(dataset: ProcessedDataset, model: str, config: TrainConfig, resu
 def case_ranks_entry(result: FitResult) -> dict:
     """The compact per-test-case results of a ``fit`` result (case_ranks.encode)."""
     cases = result.test_case_ranks
-    return encode_case_ranks(cases["users"], cases["twice_rank"], cases["n_items"], cases.get("top_items"))
+    return encode_case_ranks(cases["users"], cases["twice_rank"], cases["n_items"])
 
 
 def final_metrics(result: FitResult) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """Evaluation of a trained recommender on (user, position) cases: metric means in the run's evaluation mode
-(full ranking by default; history excluded or sampled negatives, candidates.py), and each test case's
-full-ranking rank for the paired tests and its top-K items for the beyond-accuracy metrics
-(prism_rec/tracking/case_ranks.py)."""
+(full ranking by default; history excluded or sampled negatives, candidates.py), each test case's
+full-ranking rank for the paired tests (prism_rec/tracking/case_ranks.py), and the beyond-accuracy metrics
+of the test cases' top-K items."""
 
 from __future__ import annotations
 
@@ -47,10 +47,11 @@ def evaluate(model, dataset: ProcessedDataset, cases: np.ndarray, config: TrainC
 
     A ``case_ranks`` dict (a test evaluation) receives, in the order of ``cases``, every case's user and
     full-ranking twice-rank (2 * above + tied others among all items, history kept, case_ranks.py) as arrays
-    "users" and "twice_rank", "n_items", and "top_items" [C, K]: the case's top K = metrics.kept_top_k item
-    columns among all items (less the history with ``exclude_history``; a sampled evaluation keeps this
-    full-ranking list too, a list of sampled candidates having no coverage); the returned metrics then also
-    hold coverage@K and average popularity@K of those lists (metrics.beyond_accuracy)."""
+    "users" and "twice_rank", and "n_items"; the returned metrics then also hold coverage@K and average
+    popularity@K (metrics.beyond_accuracy) of every case's top K = metrics.kept_top_k item columns among all
+    items (less the history with ``exclude_history``; a sampled evaluation takes this full-ranking list too,
+    a list of sampled candidates having no coverage). The lists are not kept: every K they serve is an
+    evaluation cutoff, whose coverage and popularity are among the metrics returned."""
     model.eval()
     names = metric_names(config.cutoffs)
     means = MetricMeans(names)
@@ -88,5 +89,5 @@ def evaluate(model, dataset: ProcessedDataset, cases: np.ndarray, config: TrainC
     k = kept_top_k(config.cutoffs)
     ranks = np.concatenate(world.gather_objects(np.concatenate(own_ranks) if own_ranks else np.zeros(0, np.int64)))
     top = np.concatenate(world.gather_objects(np.concatenate(own_top) if own_top else np.zeros((0, k), np.int64)))
-    case_ranks.update(users=cases[:, 0].copy(), twice_rank=ranks, n_items=dataset.n_items, top_items=top)
+    case_ranks.update(users=cases[:, 0].copy(), twice_rank=ranks, n_items=dataset.n_items)
     return {**means.means(), **beyond_accuracy(top, training_counts(dataset), config.cutoffs)}

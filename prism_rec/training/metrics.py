@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 CUTOFFS = (10, 200, 500)  # the default table's cutoffs: every evaluation computes them
-TOP_K_LIMIT = 50  # the most top items a test evaluation keeps per case (case_ranks.py stores them)
+TOP_K_LIMIT = 50  # the most top items a test evaluation lists per case (for coverage@K and avg_pop@K)
 METRIC_NAMES = ("auc",) + tuple(f"{kind}_{k}" for k in CUTOFFS for kind in ("hit", "ndcg"))  # the table's columns
 
 
