@@ -18,6 +18,7 @@ from prism_rec.experiments.jobs import WorkerDevices, gpu_sharing, run_jobs
 from prism_rec.files import read_jsonl
 from prism_rec.tracking.records import make_record, read_records
 from prism_rec.tracking.runs import import_records
+from prism_rec.training.candidates import candidates_description
 from prism_rec.training.devices import check_devices
 from prism_rec.training.metrics import METRIC_NAMES
 from prism_rec.training.trainer import FitResult
@@ -381,3 +382,10 @@ def test_a_run_that_diverges_loses_its_rate_and_is_not_rerun(tmp_path, fake_trai
     fake_training.clear()
     assert driver.run_headline(["ml-100k"], ["sasrec"], [0, 1], tmp_path, 1, None, grid=GRID)["finished"] == 0
     assert not fake_training
+
+
+def test_a_manifest_line_says_what_its_test_cases_rank_against():
+    record = fake_record("sasrec", 0, 0.8)
+    assert driver.manifest_entry(record)["evaluation"] == "each test case ranks its target against all items"
+    sampled = {**record, "params": {**record["params"], "sampled": "popularity:100", "exclude_history": True}}
+    assert driver.manifest_entry(sampled)["evaluation"] == candidates_description("popularity:100", True)

@@ -19,6 +19,7 @@ from prism_rec.experiments.headline.report.grid import build_grid
 from prism_rec.experiments.throughput.solo import SOLO_COLUMNS, SOLO_NAME
 from prism_rec.tracking import case_ranks
 from prism_rec.tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
+from prism_rec.training.candidates import SAMPLED_LABEL, candidates_description
 
 N_USERS, N_ITEMS = 40, 101
 ELECTRONICS, SHORT = "electronics-gerec", "movies-fedcsr"
@@ -217,6 +218,34 @@ def test_the_tables_subcommand_writes_the_report(tmp_path, monkeypatch):
     text = (tmp_path / "README.md").read_text()
     assert "results/solo_throughput.csv is absent: the plots hold no points and say so." in text
     assert "no v1 run → " in text and (tmp_path / ELECTRONICS / "pareto.png").is_file()
+
+
+def test_the_tables_subcommand_shows_the_metrics_asked_for(tmp_path, monkeypatch, capsys):
+    manifest, lines = fixture_runs()
+    for entry in manifest:  # MRR from every sasrec run but one (a run from before MRR); NDCG@20 from none
+        if entry["model"] == "sasrec" and (entry["seed"], entry["lr"]) != (2, 1e-3):
+            entry["test_mrr"] = 0.1 + entry["seed"] / 100
+        if entry["model"] == "prism":  # prism evaluated against sampled negatives
+            entry["evaluation"] = candidates_description("uniform:100", False)
+            entry["test_mrr"] = 0.3
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(e) + "\n" for e in manifest))
+    (tmp_path / protocol.CASE_RANKS_NAME).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
+    main(["headline", "tables", "--manifest", str(tmp_path / "m.jsonl"), "--metrics", "mrr,ndcg_20"])
+    text = (tmp_path / ELECTRONICS / "auc.md").read_text()
+    header = cells_of(text, "backbone")
+    assert header[-4:] == ["test Hit@10 (sampled)", "test NDCG@10 (sampled)", "test MRR (sampled)",
+                           "test NDCG@20 (sampled)"]
+    assert text.startswith(f"# {ELECTRONICS}: sampled test metrics (protocol headline-v2)")
+    assert f"against all items; {SAMPLED_LABEL}: each test case ranks its target against 100 uniform-sampled" in text
+    assert cells_of(text, "sasrec")[-2:] == [f"{np.mean([0.10, 0.11]):.4f} ± {np.std([0.10, 0.11], ddof=1):.4f} "
+                                             "(2 of 3 runs)", "missing"]
+    assert cells_of(text, "prism")[-2] == "0.3000 ± 0.0000"
+    short = (tmp_path / SHORT / "auc.md").read_text()  # no sampled run there: plain titles
+    assert short.startswith(f"# {SHORT}: full-ranking test metrics") and "| test MRR | test NDCG@20 |" in short
+    with pytest.raises(SystemExit):
+        main(["headline", "tables", "--manifest", str(tmp_path / "m.jsonl"), "--metrics", "mrr,recall_10"])
+    assert "argument --metrics: unknown metric 'recall_10'" in capsys.readouterr().err
 
 
 def test_runs_of_one_dataset_must_share_their_test_users():

@@ -214,7 +214,11 @@ def test_the_v3_tables_state_grids_edges_verdicts_and_what_moved(tmp_path, monke
             add(books, model, seed, 1e-4, 0.8, width="d256")
     for name, rows in ((V3.manifest_name, [e for e, _ in lines]), (V3.case_ranks_name, [r for _, r in lines])):
         (tmp_path / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
-    text = v3_tables.write_v3(tmp_path).read_text()
+    text = v3_tables.write_v3(tmp_path, ("hit_10", "mrr")).read_text()
+    assert "| v2 rank | test Hit@10 | test MRR |" in text
+    assert "Test metrics: each test case ranks its target against all items." in text
+    row = next(line for line in text.splitlines() if line.startswith("| prism | ") and "0.1000" in line)
+    assert row.endswith("| 0.1000 ± 0.0000 | missing |")  # every run has Hit@10 (the fixture's 0.1), none MRR
     assert (f"| {ELECTRONICS} | sasrec | 0.0003 0.7000, 0.001 0.7400, 0.003 0.7800, **0.01** 0.7900, 0.03 0.7500 "
             "| 0.01 | 0.003 |") in text
     assert f"| {books} | prism | **0.0001** 0.7999" in text and "0.0001 ⚠ at the edge of the ladder" in text

@@ -50,6 +50,8 @@ from ...paths import RESULTS_DIR
 from ...tracking.records import RECORDS_SUFFIX, append_jsonl, make_record, run_hash
 from ...tracking.runs import import_records
 from ...tracking.store import provenance_tags
+from ...tracking.tables import parse_table_metrics
+from ...training.candidates import candidates_description
 from ...training.checkpoint import checkpoint_file
 from ...training.compile import resolve_compile
 from ...training.config import TrainConfig
@@ -146,13 +148,17 @@ def train_cell(job: HeadlineJob) -> dict:
 
 
 def manifest_entry(record: dict) -> dict:
-    """The manifest line of a finished record: keys, settings hash, final metrics, cost, provenance."""
+    """The manifest line of a finished record: keys, settings hash, final metrics, what its test cases rank
+    their targets against (candidates.candidates_description), cost, provenance."""
     tags = record["tags"]
     params = record["params"]
+    evaluation = candidates_description(str(params.get("sampled", "none")),
+                                        str(params.get("exclude_history")) == "True")
     return {"dataset": record["experiment"], "model": tags["model"], "seed": int(tags["seed"]),
             "protocol": PROTOCOL, "lr": float(params["lr"]), "epochs": int(params["epochs"]),
             "patience": int(params["patience"]),
             "config_hash": tags["config_hash"], "record_id": record["record_id"], **record["metrics"],
+            "evaluation": evaluation,
             "machine": tags["machine"], "git_commit": tags["git_commit"], "command": tags["command"],
             "compile": tags.get("compile", "off"),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record["end_time_ms"] / 1000))}
@@ -481,7 +487,19 @@ def add_parser(subparsers) -> None:
     tables.add_argument("--protocol", choices=("v2", "v3"), default="v2",
                         help="v3: RESULTS_DIR/headline_v3.md from the v3 manifest and both case-ranks files there")
     tables.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="v3: the folder read and written")
+    tables.add_argument("--metrics", type=table_metrics, default=(),
+                        help="test metrics shown after the default ones (v2: AUC, Hit@10, NDCG@10; v3: AUC), e.g. "
+                             "mrr,ndcg_20,hit_50,coverage_10,avg_pop_10: a run that did not evaluate one (an older "
+                             "run, other --cutoffs) shows as missing; a sampled run's columns say \"(sampled)\"")
     tables.set_defaults(func=command_tables)
+
+
+def table_metrics(text: str) -> tuple[str, ...]:
+    """``headline tables --metrics`` (tracking.tables.parse_table_metrics), as argparse's type."""
+    try:
+        return parse_table_metrics(text)
+    except OptionError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("option --metrics: ")) from None
 
 
 def command_run(args: argparse.Namespace) -> None:
@@ -535,11 +553,11 @@ def command_tables(args: argparse.Namespace) -> None:
     if args.protocol == "v3":
         from .v3_tables import write_v3
 
-        print(f"wrote {write_v3(args.results_dir)}")
+        print(f"wrote {write_v3(args.results_dir, args.metrics)}")
         return
 
     manifest = read_jsonl(args.manifest)
     if not manifest:
         raise FileNotFoundError(f"option --manifest: no finished runs in {args.manifest}")
-    for path in write_results(manifest):
+    for path in write_results(manifest, metrics=args.metrics):
         print(f"wrote {path}")

@@ -27,6 +27,7 @@ from ...tracking.cells import Cell, seeds_text
 from .. import tuning
 from .protocol import CASE_RANKS_NAME, DATASETS, PROTOCOL, V2, WIDTH, width_of
 from .report.grid import FLOOR, _aligned, model_order
+from .report.tables import evaluations, metric_text, metric_title
 from .v3 import V3, WIDE_DATASETS
 from .verdicts import N_MOST, N_START, family
 
@@ -111,8 +112,10 @@ def comparison_table(comparisons: list, best: set) -> str:
                       rows, align="lrrrrrrrl")
 
 
-def auc_table(cells: dict, v2_cells: dict, models: list[str], dataset: str) -> tuple[str, int]:
-    """Test AUC per backbone with v3's and v2's rank; returns the table and how many ranks moved."""
+def auc_table(cells: dict, v2_cells: dict, models: list[str], dataset: str,
+              metrics: tuple[str, ...] = ()) -> tuple[str, int]:
+    """Test AUC per backbone with v3's and v2's rank, then the test ``metrics`` (mean ± std over seeds);
+    returns the table and how many ranks moved."""
     ranks = {c.model: i for i, c in enumerate(_ranked(cells, dataset), 1)}
     before = {c.model: i for i, c in enumerate(_ranked(v2_cells, dataset), 1)}
     rows, moved = [], 0
@@ -125,9 +128,12 @@ def auc_table(cells: dict, v2_cells: dict, models: list[str], dataset: str) -> t
         old = before.get(model)
         moved += old is not None and model in ranks and old != ranks[model]
         rows.append([model, seeds_text(cell.aucs, cell.expected), "missing" if ci is None else
-                     f"[{ci[0]:.4f}, {ci[1]:.4f}]", rate, str(ranks.get(model, "—")), str(old or "—")])
-    return pipe_table(["backbone", "test AUC mean ± std (seeds)", "95% CI (test users)", "lr", "rank", "v2 rank"],
-                      rows, align="lrrrrr"), moved
+                     f"[{ci[0]:.4f}, {ci[1]:.4f}]", rate, str(ranks.get(model, "—")), str(old or "—"),
+                     *(metric_text(cell.runs, name) for name in metrics)])
+    runs = [run for (d, _), cell in cells.items() if d == dataset for run in cell.runs]
+    return pipe_table(["backbone", "test AUC mean ± std (seeds)", "95% CI (test users)", "lr", "rank", "v2 rank",
+                       *(metric_title(name, runs) for name in metrics)],
+                      rows, align="lrrrrr" + "r" * len(metrics)), moved
 
 
 def v2_verdicts(v2_cells: dict, dataset: str) -> dict[tuple[str, str], str]:
@@ -140,7 +146,8 @@ def v2_verdicts(v2_cells: dict, dataset: str) -> dict[tuple[str, str], str]:
     return words
 
 
-def markdown(manifest: list[dict], case_rank_rows: list[dict], source: str = f"results/{V3.manifest_name}") -> str:
+def markdown(manifest: list[dict], case_rank_rows: list[dict], source: str = f"results/{V3.manifest_name}",
+             metrics: tuple[str, ...] = ()) -> str:
     ranks = {row["record_id"]: row for row in case_rank_rows}
     entries = [e for e in manifest if e.get("protocol") in (PROTOCOL, V3.name)]
     v2_entries = [e for e in entries if e["protocol"] == PROTOCOL and width_of(e) == WIDTH]
@@ -154,7 +161,8 @@ def markdown(manifest: list[dict], case_rank_rows: list[dict], source: str = f"r
              f"and the v2 runs it reused, {len(v2_entries)} lines) and the case-ranks files of both protocols. "
              f"Rates: start {', '.join(f'{r:g}' for r in V3.grid.start)}, extended per cell along "
              f"{', '.join(f'{r:g}' for r in V3.grid.ladder)} while seed 0's choice sits at an edge (tuning.py); "
-             f"seeds {V3.seeds[0]}-{V3.seeds[-1]} at the chosen rate.", "",
+             f"seeds {V3.seeds[0]}-{V3.seeds[-1]} at the chosen rate. Test metrics: "
+             f"{'; '.join(evaluations(entries))}.", "",
              "**Verdicts** (verdicts.py): per dataset the family is PRISM − Gated DeltaNet, PRISM − SASRec and best − "
              f"second; Holm's correction over the family's Welch p-values (seeds); \"a > b\" needs the Holm-adjusted "
              f"p < {ALPHA} and the paired bootstrap interval over test users (level 1 − α/m, Bonferroni over the "
@@ -178,7 +186,7 @@ def markdown(manifest: list[dict], case_rank_rows: list[dict], source: str = f"r
         for dataset in datasets:
             if not any(d == dataset for d, _ in cells):
                 continue
-            table, moved = auc_table(cells, v2_cells if width == WIDTH else {}, models, dataset)
+            table, moved = auc_table(cells, v2_cells if width == WIDTH else {}, models, dataset, metrics)
             summary["ranks moved"] += moved
             comparisons, best = _comparisons(cells, dataset)
             lines += [f"## {dataset} ({width})", "", table, "", comparison_table(comparisons, best), ""]
@@ -206,8 +214,9 @@ def markdown(manifest: list[dict], case_rank_rows: list[dict], source: str = f"r
     return "\n".join(lines)
 
 
-def write_v3(results_dir: Path = RESULTS_DIR) -> Path:
-    """Write results_dir/headline_v3.md from the v3 manifest and both case-ranks files; returns its path."""
+def write_v3(results_dir: Path = RESULTS_DIR, metrics: tuple[str, ...] = ()) -> Path:
+    """Write results_dir/headline_v3.md from the v3 manifest and both case-ranks files, the test ``metrics``
+    after AUC in each dataset's table; returns its path."""
     manifest = read_jsonl(results_dir / V3.manifest_name)
     if not manifest:
         raise FileNotFoundError(f"option --manifest: no finished runs in {results_dir / V3.manifest_name}")
@@ -217,7 +226,7 @@ def write_v3(results_dir: Path = RESULTS_DIR) -> Path:
     path = results_dir / NAME
     source = results_dir / V3.manifest_name
     write_atomically(path, markdown(manifest, rows, f"results/{V3.manifest_name}" if results_dir == RESULTS_DIR
-                                    else str(source)))
+                                    else str(source), metrics))
     return path
 
 

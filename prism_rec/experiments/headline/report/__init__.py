@@ -27,6 +27,7 @@ from ....names import path_name
 from ....paths import RESULTS_DIR, TEMPLATES_DIR
 from ....tracking.bootstrap import N_RESAMPLES, SEED_ALPHA
 from ....tracking.plots import auc_chart, forest_plot
+from ....training.candidates import SAMPLED_LABEL
 from ....training.metrics import METRIC_NAMES
 from ... import tuning
 from ...throughput.solo import SOLO_NAME, read_solo
@@ -40,6 +41,7 @@ from .tables import (
     SOURCES,
     capped,
     dataset_table,
+    evaluations,
     label,
     made_by,
     paired_note,
@@ -51,14 +53,19 @@ from .tables import (
 V1_MANIFESTS = ("v1/headline_manifest.jsonl", "v1/ml-100k/headline_manifest.jsonl")  # under results/
 
 
-def dataset_markdown(grid: Grid, dataset: str) -> str:
+def dataset_markdown(grid: Grid, dataset: str, metrics: tuple[str, ...] = ()) -> str:
+    """results/<dataset>/auc.md: the dataset table with Hit@10, NDCG@10 and ``metrics`` (``headline tables
+    --metrics``) after AUC, the paired differences and the provenance."""
     cell_runs = [run for model in grid.models for run in grid.cell(dataset, model).runs]
     commands = sorted({run["command"] for run in cell_runs})
     machines = sorted({run["machine"] for run in cell_runs})
     commits = sorted({run["git_commit"] for run in cell_runs})
-    extra = tuple(name for name in METRIC_NAMES if name in ("hit_10", "ndcg_10"))
+    extra = tuple(dict.fromkeys((*(name for name in METRIC_NAMES if name in ("hit_10", "ndcg_10")), *metrics)))
+    described = evaluations(cell_runs)
     return fill(TEMPLATES_DIR / "headline_dataset.md", dataset=dataset, protocol=PROTOCOL,
-                dataset_table=dataset_table(grid, dataset, extra), made_by=made_by(SOURCES),
+                kind="sampled" if any(text.startswith(SAMPLED_LABEL) for text in described) else "full-ranking",
+                evaluation="; ".join(described), dataset_table=dataset_table(grid, dataset, extra),
+                made_by=made_by(SOURCES),
                 paired_table=paired_table(grid, dataset), paired_note=paired_note(),
                 commands="; ".join(f"`{c}`" for c in commands) or "none", machines="; ".join(machines) or "none",
                 commits=", ".join(commits) or "none") + "\n"
@@ -159,12 +166,13 @@ def write_forest(grid: Grid, dataset: str, path: Path) -> Path:
 
 
 def write_results(manifest: list[dict], results_dir: Path | None = None, case_ranks: list[dict] | None = None,
-                  n_resamples: int = N_RESAMPLES) -> list[Path]:
+                  n_resamples: int = N_RESAMPLES, metrics: tuple[str, ...] = ()) -> list[Path]:
     """results/README.md and, for every dataset with table runs, results/<dataset>/auc.md, .csv, .png, paired.png
     (the forest plot) and pareto.png (each figure with its SVG beside), from the v2 lines of ``manifest`` and the
     case-ranks lines (``case_ranks``; by default read from results_dir/headline_v2_case_ranks.jsonl; results_dir
-    defaults to results/). The v1 means come from results_dir/v1/, the solo speeds from
-    results_dir/solo_throughput.csv. Returns the paths written."""
+    defaults to results/), the dataset tables with the test ``metrics`` too (dataset_markdown). The v1 means
+    come from results_dir/v1/, the solo speeds from results_dir/solo_throughput.csv. Returns the paths
+    written."""
     results_dir = Path(RESULTS_DIR if results_dir is None else results_dir)
     if case_ranks is None:
         case_ranks = read_jsonl(results_dir / CASE_RANKS_NAME)
@@ -179,7 +187,7 @@ def write_results(manifest: list[dict], results_dir: Path | None = None, case_ra
         if not cells:
             continue
         folder = results_dir / path_name(dataset, "manifest dataset")
-        write_atomically(folder / "auc.md", dataset_markdown(grid, dataset))
+        write_atomically(folder / "auc.md", dataset_markdown(grid, dataset, metrics))
         write_atomically(folder / "auc.csv", dataset_csv(grid, dataset))
         summary = pd.DataFrame({"model": [label(c.model) for c in cells], "auc_mean": [c.mean for c in cells],
                                 "auc_std": [c.std for c in cells], "n_seeds": [len(c.runs) for c in cells],

@@ -11,6 +11,8 @@ from ....markdown import fill, pipe_table
 from ....paths import TEMPLATES_DIR
 from ....tracking.bootstrap import N_RESAMPLES, PairedDifference, verdict
 from ....tracking.cells import Cell, seeds_text
+from ....tracking.tables import column_title
+from ....training.candidates import SAMPLED_LABEL, candidates_description
 from ..protocol import CASE_RANKS_NAME, DATASETS, MANIFEST_NAME
 from .grid import COMMAND, FLOOR, GROUPS, SHORT_SEQUENCE, Grid, model_group
 
@@ -54,6 +56,31 @@ def capped(run: dict) -> bool:
     return run["epochs_run"] >= run["epochs"]
 
 
+FULL_RANKING = candidates_description("none", False)  # the evaluation of a manifest line without "evaluation"
+
+
+def evaluations(runs: list[dict]) -> list[str]:
+    """What the test cases of ``runs`` (manifest lines) rank their targets against, each description once."""
+    return sorted({run.get("evaluation", FULL_RANKING) for run in runs})
+
+
+def metric_title(name: str, runs: list[dict]) -> str:
+    """The column title of test metric ``name`` (e.g. "test NDCG@20"), "(sampled)" where any of ``runs`` was
+    evaluated against sampled negatives."""
+    sampled = any(text.startswith(SAMPLED_LABEL) for text in evaluations(runs))
+    return f"test {column_title(name)}" + (" (sampled)" if sampled else "")
+
+
+def metric_text(runs: list[dict], name: str) -> str:
+    """Test metric ``name`` of a cell's ``runs``: mean ± std over those that report it ("k of n runs" where
+    not all do: runs evaluated before the metric existed or at other cutoffs), "missing" where none does."""
+    values = [run[f"test_{name}"] for run in runs if f"test_{name}" in run]
+    if not values:
+        return "missing"
+    text = f"{statistics.fmean(values):.4f}" + (f" ± {statistics.stdev(values):.4f}" if len(values) > 1 else "")
+    return text if len(values) == len(runs) else f"{text} ({len(values)} of {len(runs)} runs)"
+
+
 def made_by(sources: str) -> str:
     return f"Made by `{COMMAND}` from {sources}."
 
@@ -64,8 +91,9 @@ SOURCES = f"`results/{MANIFEST_NAME}` and `results/{CASE_RANKS_NAME}`"
 def dataset_table(grid: Grid, dataset: str, extra_metrics: tuple[str, ...] = ()) -> str:
     """One row per backbone (pop first): test AUC mean ± std (seeds), the 95% bootstrap interval over test
     users, the chosen rate, best/run epochs per seed, runs at the epoch cap, ``extra_metrics`` mean ± std."""
+    runs = [run for model in grid.models for run in grid.cell(dataset, model).runs]
     titles = ["backbone", "test AUC mean ± std (seeds)", "95% CI (test users)", "lr", "epochs best/run (per seed)",
-              "at cap", *(f"test {name}" for name in extra_metrics)]
+              "at cap", *(metric_title(name, runs) for name in extra_metrics)]
     rows = []
     best = max((c.mean for c in grid.trained(dataset)), default=None)
     for model in grid.models:
@@ -80,11 +108,7 @@ def dataset_table(grid: Grid, dataset: str, extra_metrics: tuple[str, ...] = ())
             at_cap = f"{sum(capped(r) for r in cell.runs)} of {len(cell.runs)}"
         else:
             epochs = at_cap = "missing"
-        extras = []
-        for name in extra_metrics:
-            values = [run[f"test_{name}"] for run in cell.runs]
-            extras.append("missing" if not values else f"{statistics.fmean(values):.4f}"
-                          + (f" ± {statistics.stdev(values):.4f}" if len(values) > 1 else ""))
+        extras = [metric_text(cell.runs, name) for name in extra_metrics]
         rows.append([label(model), text, ci_text(cell), rate_text(cell), epochs, at_cap, *extras])
     return pipe_table(titles, rows, align="l" + "r" * (len(titles) - 1))
 
