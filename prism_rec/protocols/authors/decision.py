@@ -38,10 +38,10 @@ HEADS = {AUTHORS: (PER_BACKBONE, EQUAL), NEXT_ITEM: ("-",)}
 
 def required_arms() -> list[tuple[str, str, str]]:
     """The arms the decision needs, each once: (protocol, model, heads). Equal heads retrain only ``WIDE``;
-    no next-item null backbone (none is registered for next-item)."""
+    the null backbone under both protocols (baselines/null.py for next-item)."""
     arms = [(AUTHORS, model, PER_BACKBONE) for model in (*BACKBONES, NULL)]
     arms += [(AUTHORS, model, EQUAL) for model in WIDE]
-    arms += [(NEXT_ITEM, model, "-") for model in BACKBONES]
+    arms += [(NEXT_ITEM, model, "-") for model in (*BACKBONES, NULL)]
     return arms
 
 
