@@ -25,7 +25,7 @@ from ...markdown import fill, pipe_table
 from ...paths import PROJECT_ROOT, TEMPLATES_DIR
 from ...tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
 from . import decision
-from .design import DESIGN_MODELS, PER_BACKBONE, RATE_FREE, Design, tuning_entries
+from .design import DESIGN_MODELS, PER_BACKBONE, RATE_FREE, Design, equal_heads_retrain, tuning_entries
 from .grid import MANIFEST
 from .metrics import full_ranking_auc
 from .model import POP
@@ -128,9 +128,10 @@ def design_of(runs: list[dict]) -> Design:
     return Design(tuple(sorted({run["dataset"] for run in runs})), base=RunConfig(model="null", **fixed[0]))
 
 
-def head_groups(cells: dict, dataset: str) -> dict[str, list[tuple[str, tuple]]]:
+def head_groups(cells: dict, dataset: str, channel: int) -> dict[str, list[tuple[str, tuple]]]:
     """{head: [(model, cell)]} of ``dataset``: per-backbone, and per integer head its own runs with the
-    per-backbone runs whose head has that width (the same runs); ``pop`` in every group."""
+    per-backbone runs of the models that head does not retrain (``equal_heads_retrain``: the same runs);
+    ``pop`` in every group."""
     mine = {(model, head): cell for (d, model, head), cell in cells.items() if d == dataset}
     floor = [(model, cell) for (model, head), cell in mine.items() if model == POP]
     heads = sorted({head for model, head in mine if model != POP}, key=lambda h: (h != PER_BACKBONE, h))
@@ -139,7 +140,7 @@ def head_groups(cells: dict, dataset: str) -> dict[str, list[tuple[str, tuple]]]
         members = [(model, cell) for (model, h), cell in mine.items() if h == head and model != POP]
         if head != PER_BACKBONE:
             members += [(model, cell) for (model, h), cell in mine.items() if h == PER_BACKBONE and model != POP
-                        and str(cell[2][0]["width"]) == head and (model, head) not in mine]
+                        and not equal_heads_retrain(model, head, channel) and (model, head) not in mine]
         groups[head] = members + floor
     return groups or {PER_BACKBONE: floor}
 
@@ -158,15 +159,14 @@ def rate_grid_table(design: Design, runs: list[dict], dataset: str) -> str:
     return pipe_table(["model", "validation full-ranking AUC of seed 0 per rate", "choice"], rows, "lll")
 
 
-def protocols_table(cells: dict, next_cells: dict, dataset: str, models: list[str], equal: str,
+def protocols_table(cells: dict, next_cells: dict, dataset: str, models: list[str], design: Design,
                     values: dict) -> str:
     """Both protocols per model of ``dataset``; fills ``values`` (decision.explain's input) on the way."""
-    rows = []
+    rows, equal = [], design.equal_head
     for model in models:
         per_backbone = cells.get((dataset, model, PER_BACKBONE))
         own_equal = cells.get((dataset, model, equal))
-        equal_cell = own_equal or (per_backbone if per_backbone and str(per_backbone[2][0]["width"]) == equal
-                                   else None)
+        equal_cell = own_equal or (None if design.retrains(model) else per_backbone)
         texts = []
         for heads, cell in ((decision.PER_BACKBONE, per_backbone), (decision.EQUAL, equal_cell)):
             if cell is None:
@@ -208,7 +208,7 @@ def write_report(folders: list[Path], path: Path = REPORT, command: str = "",
                               f"(--min-user-edges or data differ); give folders of one task")
         stats = mine[0]["task"]
         sections.append(f"### {dataset}: seed 0's rate grids\n\n{rate_grid_table(design, runs, dataset)}")
-        for head, members in head_groups(cells, dataset).items():
+        for head, members in head_groups(cells, dataset, design.base.channel).items():
             if not members:
                 continue
             table, paired = group_table([run for _, cell in members for run in cell[2]], dataset,
@@ -219,12 +219,12 @@ def write_report(folders: list[Path], path: Path = REPORT, command: str = "",
                 f"({stats['train_edges']} train, {stats['valid_edges']} validation, {stats['test_edges']} test "
                 f"cases).\n\n{table}\n\n{paired}")
         values: dict = {}
-        joined = protocols_table(cells, next_cells, dataset, models, design.equal_head, values)
+        joined = protocols_table(cells, next_cells, dataset, models, design, values)
         cell_table = pipe_table(["protocol", "implementation", "heads", "seeds", "PRISM - GDN", "Welch interval",
-                                 "p", "PRISM - SASRec", "ordering appears"], decision.cell_rows(values),
-                                "lllrrrrrl")
+                                 "p", "PRISM - SASRec", "ordering appears"],
+                                decision.cell_rows(values, design.retrains), "lllrrrrrl")
         sections.append(f"### {dataset}: both protocols\n\n{joined}\n\n{cell_table}")
-        statements.append(f"**{dataset}.** {decision.explain(values, len(design.seeds))}")
+        statements.append(f"**{dataset}.** {decision.explain(values, len(design.seeds), design.retrains)}")
     paper = pipe_table(["model", *PAPER_DOMAINS], [[name, *(f"{v:.4f}" for v in values)]
                                                    for name, values in PAPER_TABLE_2.items()], "lrrrr")
     text = fill(TEMPLATES_DIR / "authors_protocol.md", command=command or "prism-rec authors table",
