@@ -4,9 +4,10 @@ import json
 
 import pytest
 
-from prism_rec.files import write_jsonl
+from prism_rec.errors import OptionError
+from prism_rec.files import read_jsonl, write_jsonl
 from prism_rec.protocols.authors import decision
-from prism_rec.protocols.authors.design import equal_heads_retrain
+from prism_rec.protocols.authors.design import Design, equal_heads_retrain
 from prism_rec.protocols.authors.report import write_report
 from prism_rec.protocols.authors.train import RunConfig
 
@@ -144,3 +145,19 @@ def test_the_report_ends_with_the_statement(tmp_path, seed_count, statement):
     text = write_report([folder], tmp_path / "report.md", "test", (next_item,)).read_text()
     last = text.rstrip().splitlines()[-1]
     assert last.startswith(statement) and "$" not in text
+
+
+def test_the_report_reads_the_design_the_runs_were_made_by(tmp_path):
+    """Three seeds of a three-seed design (Design.record in the rows) resolve it; the default design's five
+    would not (the parametrized test above); rows of two designs are refused."""
+    folder, next_item = manifests(tmp_path, ORDERED, KEPT_EQUAL, FLAT_NEXT, 3)
+    record = {**Design(()).record(), "seeds": [0, 1, 2]}
+    rows = [{**row, "design": record} for row in read_jsonl(folder / "manifest.jsonl")]
+    write_jsonl(folder / "manifest.jsonl", rows)
+    text = write_report([folder], tmp_path / "report.md", "test", (next_item,)).read_text()
+    assert text.rstrip().splitlines()[-1].startswith(
+        "**ml-100k.** The data support: the protocol (the ordering appears under the authors' protocol")
+    rows[0]["design"] = {**record, "equal_head": "4"}
+    write_jsonl(folder / "manifest.jsonl", rows)
+    with pytest.raises(OptionError, match="option --from: the runs were made by designs of different seeds"):
+        write_report([folder], tmp_path / "report.md", "test", (next_item,))

@@ -71,6 +71,17 @@ class Design:
     grid: tuning.TuningGrid = V3.grid
     equal_head: str | None = EQUAL_HEAD
 
+    def record(self) -> dict:
+        """What the runs' manifest rows keep of this design beside their settings (``from_record``)."""
+        return {"models": list(self.models), "seeds": list(self.seeds), "lr_grid": {
+            "start": list(self.grid.start), "ladder": list(self.grid.ladder)}, "equal_head": self.equal_head}
+
+    @classmethod
+    def from_record(cls, datasets: tuple[str, ...], base: RunConfig, record: dict) -> Design:
+        """The design of ``record`` (``Design.record``) over ``datasets`` on ``base``'s settings."""
+        grid = tuning.TuningGrid(tuple(record["lr_grid"]["start"]), tuple(record["lr_grid"]["ladder"]))
+        return cls(datasets, tuple(record["models"]), tuple(record["seeds"]), base, grid, record["equal_head"])
+
     def own(self, rows: list[dict]) -> list[dict]:
         """The rows made on this design's settings (other rows of the manifest are left alone)."""
         fixed = {k: v for k, v in self.base.to_dict().items() if k not in RATE_FREE}

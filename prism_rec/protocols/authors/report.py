@@ -25,7 +25,7 @@ from ...markdown import fill, pipe_table
 from ...paths import PROJECT_ROOT, TEMPLATES_DIR
 from ...tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
 from . import decision
-from .design import DESIGN_MODELS, PER_BACKBONE, RATE_FREE, Design, equal_heads_retrain, tuning_entries
+from .design import PER_BACKBONE, RATE_FREE, Design, equal_heads_retrain, tuning_entries
 from .grid import MANIFEST
 from .metrics import full_ranking_auc
 from .model import POP
@@ -33,6 +33,7 @@ from .next_item import NEXT_ITEM_MANIFESTS, next_item_cells
 from .train import RunConfig
 
 REPORT = PROJECT_ROOT / "results" / "authors_protocol.md"
+DEFAULT_DESIGN = Design(()).record()  # the design of manifest rows that do not record theirs
 # PAPER.md section 4, Table 2 AUC: Books, Movies, Electronics, Yelp
 PAPER_TABLE_2 = {
     "SASRec": (0.8910, 0.7677, 0.7293, 0.9410), "HSTU": (0.8835, 0.7748, 0.7189, 0.9324),
@@ -120,12 +121,22 @@ def group_table(runs: list[dict], dataset: str, rates: dict[str, str]) -> tuple[
 
 
 def design_of(runs: list[dict]) -> Design:
-    """The design the runs were made under: their datasets and (one set of) settings."""
+    """The design the runs were made under, as their manifest rows record it (``Design.record``; rows from
+    before it was recorded: the default design, which made them): their datasets, (one set of) settings, the
+    union of their models, and one set of seeds, rate grid and equal-heads width."""
     fixed = [{k: v for k, v in run["config"].items() if k not in RATE_FREE} for run in runs]
     if any(settings != fixed[0] for settings in fixed):
         raise OptionError("option --from: the runs were made with different settings (other than model, seed, rate "
                           "and head width); give folders of one design")
-    return Design(tuple(sorted({run["dataset"] for run in runs})), base=RunConfig(model="null", **fixed[0]))
+    records = [run.get("design", DEFAULT_DESIGN) for run in runs]
+    shared = {json.dumps({k: v for k, v in record.items() if k != "models"}, sort_keys=True) for record in records}
+    if len(shared) > 1:
+        raise OptionError("option --from: the runs were made by designs of different seeds, rate grids or "
+                          "equal-heads widths (prism-rec authors grid --seeds, --lr-grid, --equal-head); give folders "
+                          "of one design")
+    models = list(dict.fromkeys(model for record in records for model in record["models"]))
+    return Design.from_record(tuple(sorted({run["dataset"] for run in runs})), RunConfig(model="null", **fixed[0]),
+                              {**records[0], "models": models})
 
 
 def head_groups(cells: dict, dataset: str, channel: int) -> dict[str, list[tuple[str, tuple]]]:
@@ -197,8 +208,7 @@ def write_report(folders: list[Path], path: Path = REPORT, command: str = "",
         raise OptionError(f"option --from: no finished runs in {', '.join(map(str, folders))}")
     design = design_of(runs)
     cells = design.selected(runs)
-    models = [m for m in DESIGN_MODELS if m in design.models] + sorted(
-        {run["config"]["model"] for run in runs} - set(DESIGN_MODELS))
+    models = [*design.models, *sorted({run["config"]["model"] for run in runs} - set(design.models))]
     next_cells = next_item_cells(list(next_item), set(design.datasets), models)
     sections, statements = [], []
     for dataset in design.datasets:
