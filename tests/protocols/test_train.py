@@ -97,10 +97,10 @@ def test_a_run_expected_past_the_budget_does_not_start(task, tmp_path, monkeypat
     slow = {"key": "slow", "dataset": "tiny", "wall_seconds": 3600.0, "valid_full_auc": 0.5,
             "config": {**design.base.to_dict(), "lr": 1e-3}}
     write_jsonl(tmp_path / "manifest.jsonl", [slow])
-    counts = grid.run_grid(tmp_path, design, 60.0, CPU, log=lambda line: None)
-    assert counts == {"finished": 0, "dropped": 0, "pending": 1}
-    counts = grid.run_grid(tmp_path, design, None, CPU, log=lambda line: None)
-    assert counts == {"finished": 1, "dropped": 0, "pending": 0}
+    counts = grid.run_grid(tmp_path, design, 60.0, "cpu", log=lambda line: None)
+    assert counts == {"finished": 0, "dropped": 0, "failed": 0, "pending": 1}
+    counts = grid.run_grid(tmp_path, design, None, "cpu", log=lambda line: None)
+    assert counts == {"finished": 1, "dropped": 0, "failed": 0, "pending": 0}
 
 
 @pytest.mark.parametrize("argv, message", [
