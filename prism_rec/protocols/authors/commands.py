@@ -122,7 +122,7 @@ def command_grid(args: argparse.Namespace) -> None:
     design = _design(args)
     threads = _threads(args)
     executor = executor_from_args(args, args.budget)
-    torch.set_num_threads(threads)  # the runs trained in this process (one local worker)
+    torch.set_num_threads(threads)  # every run trains with it (grid.GridJob.threads)
     try:
         counts = run_grid(Path(args.out), design, args.budget, min_user_edges=args.min_user_edges,
                           raw_dir=args.raw_dir, executor=executor)

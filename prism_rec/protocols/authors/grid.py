@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from ...experiments.campaign import Campaign, Executor, LocalExecutor, Manifest, Status, deadline_after
 from ...files import write_atomically
@@ -49,7 +50,9 @@ def expected_seconds(rows: list[dict], dataset: str, model: str) -> float | None
 
 @dataclass(frozen=True)
 class GridJob:
-    """One run of the grid as a campaign job; ``deadline`` is a ``time.time()`` (infinity: no budget)."""
+    """One run of the grid as a campaign job; ``deadline`` is a ``time.time()`` (infinity: no budget);
+    ``threads``: the CPU threads it trains with wherever it runs (the count splits reductions, so the same
+    run gives the same figures on every executor)."""
 
     dataset: str
     config: dict
@@ -57,6 +60,7 @@ class GridJob:
     raw_dir: str | None
     device: str
     deadline: float
+    threads: int
     log_epochs: bool
 
     @property
@@ -81,6 +85,7 @@ def _task(dataset: str, min_user_edges: int | None, raw_dir: str | None) -> Edge
 def train_job(job: GridJob) -> dict:
     """The campaign's work: train one run; status finished with its record, or abandoned when the deadline
     passed before it finished."""
+    torch.set_num_threads(job.threads)  # over the executor's own choice
     deadline = None if math.isinf(job.deadline) else time.monotonic() + (job.deadline - time.time())
     record = run(_task(job.dataset, job.min_user_edges, job.raw_dir), RunConfig(**job.config),
                  resolve_device(job.device), deadline, log=print if job.log_epochs else lambda line: None)
@@ -126,8 +131,9 @@ def run_grid(out: Path, design: Design, budget: float | None, device: str = "aut
              raw_dir: str | None = None, workers: int = 1, executor: Executor | None = None,
              log=print) -> dict[str, int]:
     """Train ``design``'s pending runs into ``out`` within ``budget`` seconds on ``executor`` (default: a local
-    pool of ``workers`` processes on ``device``); counts: finished, dropped (at the budget), failed, pending
-    (runs that could start now, left for the next call)."""
+    pool of ``workers`` processes on ``device``), each with this process's CPU thread count (prism-rec authors
+    grid --threads); counts: finished, dropped (at the budget), failed, pending (runs that could start now,
+    left for the next call)."""
     out = Path(out)
     deadline = deadline_after(budget)
     executor = executor or LocalExecutor(workers, device)
@@ -137,9 +143,11 @@ def run_grid(out: Path, design: Design, budget: float | None, device: str = "aut
     manifest = Manifest(out / MANIFEST, key=lambda row: identity(row["dataset"], row["config"]))
     priority = _Priority(design, manifest, deadline)
     in_process = isinstance(executor, LocalExecutor) and executor.workers == 1
+    threads = torch.get_num_threads()
 
     def job(dataset: str, config: RunConfig) -> GridJob:
-        return GridJob(dataset, config.to_dict(), min_user_edges, raw_dir, executor.job_device, deadline, in_process)
+        return GridJob(dataset, config.to_dict(), min_user_edges, raw_dir, executor.job_device, deadline, threads,
+                       in_process)
 
     queued = {key for key, _, _ in priority.pending}
 
