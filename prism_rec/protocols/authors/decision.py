@@ -10,8 +10,9 @@ gated_deltanet), and under the authors' protocol per-backbone heads or equal hea
   under neither;
 - head widths: it appears with per-backbone heads and vanishes with equal heads, for every implementation
   it appears with;
-- noise: it appears nowhere and, under each protocol, no two of the backbones (and the null backbone,
-  where the protocol has one) differ (every Welch p >= 0.05).
+- noise: it appears nowhere and, under each protocol, no two of the backbones (and the null backbone:
+  model.NullMixer under the authors' protocol, baselines/null.py under next-item) differ (every Welch
+  p >= 0.05).
 
 Any that hold are stated (head widths beside protocol says which part of the protocol carries it); with
 none, the pattern is stated as it is. Until every required arm has all its seeds at its chosen rate:
