@@ -16,7 +16,7 @@
 set -uo pipefail
 out=${1:?usage: benchmarks/authors_gpu.sh OUT_DIR}
 export PROTOCOL=v3 BUDGET=${BUDGET:-240} DATASETS=${DATASETS:-ml-100k}
-export MODELS=${MODELS:-prism-authors,gdn-authors,mamba2-authors,mamba2,transformer++}
+export MODELS=${MODELS:-prism-authors,gdn-authors,mamba2-authors,mamba2,transformer++,null}
 # headline_gpu.sh passes the grid its own --budget (BUDGET less any compile check)
 export AUTHORS_ARGS="--workers ${AUTHORS_WORKERS:-3}"
 benchmarks/headline_gpu.sh "$out"

@@ -224,3 +224,28 @@ def test_a_killed_workers_run_finishes_on_the_other_with_the_metrics_of_an_unint
     uninterrupted = {key: value for key, value in by_run(local_grid).items() if key[2] == 0 and key[3] == 1e-3}
     assert by_run([entry]) == uninterrupted and entry["epochs_run"] == 2
     assert (arm.parent / "arm.fired").exists()  # the hook did kill a worker after its first checkpoint
+
+
+def test_the_authors_grid_trains_on_the_cluster_as_in_this_process(tmp_path, loopback):
+    """issue 39's grid through the same campaign runner: the cluster's manifest equals the in-process one,
+    run for run (settings, figures and the design each row records)."""
+    from prism_rec.experiments.tuning import TuningGrid
+    from prism_rec.protocols.authors.design import Design
+    from prism_rec.protocols.authors.grid import MANIFEST, run_grid
+    from prism_rec.protocols.authors.train import RunConfig
+    from tests.protocols.conftest import edge_frame
+    from tests.protocols.test_train import TINY as AUTHORS_TINY
+    from tests.protocols.test_train import write_inter
+
+    client, _, _ = loopback
+    write_inter(edge_frame(), tmp_path / "raw")
+    design = Design(("ml-100k",), ("sasrec", "pop"), (0, 1), RunConfig(model="null", **AUTHORS_TINY),
+                    TuningGrid((1e-3, 1e-2)), None)
+    manifests = {}
+    for name, executor in (("here", None), ("cluster", dask_executor(client))):
+        counts = run_grid(tmp_path / name, design, None, "cpu", 5, str(tmp_path / "raw"), executor=executor,
+                          log=lambda line: None)
+        assert counts == {"finished": 4, "dropped": 0, "failed": 0, "pending": 0}  # 2 rates, seed 1, pop
+        manifests[name] = {row["key"]: {k: v for k, v in row.items() if k not in ("wall_seconds", "device")}
+                           for row in read_jsonl(tmp_path / name / MANIFEST)}
+    assert manifests["cluster"] == manifests["here"]

@@ -79,8 +79,27 @@ def test_left_padding_invariant(name):
 def test_every_parameter_gets_gradient(name):
     model = build(name).train()
     if not any(True for _ in model.parameters()):
-        pytest.skip(f"{name} has no parameters (a popularity ranker)")
+        pytest.skip(f"{name} has no parameters of its own (pop, null)")
     x, mask = batch(T=40)
     model(x, mask).pow(2).sum().backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
     assert not missing, f"{name}: no gradient for {missing}"
+
+
+def test_null_mixes_nothing_so_the_last_position_sees_the_last_item_only():
+    """The null backbone (issue 39's floor) is registered and trains; inside the recommender the scores at
+    the last position do not change when every earlier item does."""
+    from prism_rec.models.recommender import SequentialRecommender
+    from prism_rec.registry import trains
+
+    assert "null" in list_backbones() and trains("null")
+    x, mask = batch()
+    torch.testing.assert_close(build("null")(x, mask), x)
+    torch.manual_seed(0)
+    model = SequentialRecommender(30, "null", d_model=D_MODEL, max_len=20, dropout=0.0).eval()
+    items = torch.randint(1, 31, (2, 20))
+    changed = items.clone()
+    changed[:, :-1] = torch.randint(1, 31, (2, 19))
+    with torch.no_grad():
+        last = [model.score_all(model.encode(sequence)[:, -1]) for sequence in (items, changed)]  # [B, n_items]
+    torch.testing.assert_close(*last)

@@ -4,13 +4,16 @@ import json
 
 import pytest
 
-from prism_rec.files import write_jsonl
+from prism_rec.errors import OptionError
+from prism_rec.files import read_jsonl, write_jsonl
 from prism_rec.protocols.authors import decision
+from prism_rec.protocols.authors.design import Design, equal_heads_retrain
 from prism_rec.protocols.authors.report import write_report
 from prism_rec.protocols.authors.train import RunConfig
 
 NOISE = (0.0, 0.001, -0.001, 0.002, -0.002)  # per seed: a spread, so Welch's test has one
 MODELS = ("prism-authors", "gdn-authors", "prism", "gated_deltanet", "sasrec", "null")
+RETRAINED = [model for model in MODELS if equal_heads_retrain(model)]  # by the equal-heads arm (64 wide)
 
 
 def seeds(mean):
@@ -19,13 +22,14 @@ def seeds(mean):
 
 def values(authors, equal, next_item):
     """{arm: per-seed values} from means per model: authors per-backbone, authors equal heads (the models
-    decision.WIDE retrains), next-item."""
+    RETRAINED), next-item."""
     arms = {(decision.AUTHORS, m, decision.PER_BACKBONE): seeds(v) for m, v in authors.items()}
     arms |= {(decision.AUTHORS, m, decision.EQUAL): seeds(v) for m, v in equal.items()}
     return arms | {(decision.NEXT_ITEM, m, "-"): seeds(v) for m, v in next_item.items()}
 
 
-FLAT_NEXT = {"prism-authors": 0.87, "gdn-authors": 0.87, "prism": 0.87, "gated_deltanet": 0.87, "sasrec": 0.87}
+FLAT_NEXT = {"prism-authors": 0.87, "gdn-authors": 0.87, "prism": 0.87, "gated_deltanet": 0.87, "sasrec": 0.87,
+             "null": 0.87}
 ORDERED = {"prism-authors": 0.80, "gdn-authors": 0.78, "prism": 0.80, "gated_deltanet": 0.78, "sasrec": 0.81,
            "null": 0.70}
 KEPT_EQUAL = {"prism-authors": 0.80, "prism": 0.80, "sasrec": 0.81}
@@ -61,13 +65,13 @@ def test_head_widths():
 
 def test_noise():
     flat = dict.fromkeys(MODELS, 0.78)
-    text = decision.explain(values(flat, dict.fromkeys(decision.WIDE, 0.78), FLAT_NEXT), 5)
+    text = decision.explain(values(flat, dict.fromkeys(RETRAINED, 0.78), FLAT_NEXT), 5)
     assert text.startswith("The data support: noise (")
 
 
 def test_no_explanation_fits():
     flat = {**dict.fromkeys(MODELS, 0.78), "null": 0.70}  # backbones above null, no ordering anywhere
-    text = decision.explain(values(flat, dict.fromkeys(decision.WIDE, 0.78), FLAT_NEXT), 5)
+    text = decision.explain(values(flat, dict.fromkeys(RETRAINED, 0.78), FLAT_NEXT), 5)
     assert "not noise either: the paper's ordering is not reproduced" in text
     both = {**FLAT_NEXT, "prism": 0.89, "prism-authors": 0.89}  # everywhere: neither protocol nor implementation
     text = decision.explain(values(ORDERED, KEPT_EQUAL, both), 5)
@@ -80,7 +84,7 @@ def test_incomplete():
     arms[(decision.AUTHORS, "null", decision.PER_BACKBONE)] = seeds(0.70)[:2]
     del arms[(decision.NEXT_ITEM, "gdn-authors", "-")]
     text = decision.explain(arms, 5)
-    assert text == ("Not resolved yet: 62 of 70 runs. Missing: null (authors protocol, per-backbone heads): 2 of 5 "
+    assert text == ("Not resolved yet: 67 of 75 runs. Missing: null (authors protocol, per-backbone heads): 2 of 5 "
                     "seeds at a chosen rate; gdn-authors (next-item protocol): 0 of 5 seeds at a chosen rate.")
 
 
@@ -99,7 +103,7 @@ def authors_row(folder, model, seed, lr, auc, head="per-backbone"):
     (folder / "cases").mkdir(exist_ok=True)
     (folder / "cases" / f"{key}.json").write_text(json.dumps(cases))
     full = (N_ITEMS - 1 - above) / (N_ITEMS - 1)
-    width = 768 if head == "per-backbone" and model in decision.WIDE else 64
+    width = 768 if head == "per-backbone" and model in RETRAINED else 64
     return {"key": key, "config": config, "dataset": "ml-100k", "time_kind": "unix seconds", "task": TASK,
             "n_items": N_ITEMS, "width": width, "best_epoch": 10, "epochs": 10, "wall_seconds": 1.0,
             "valid_full_auc": auc if lr == 1e-3 else auc - 0.01, "test_full_auc": full, "test_auc": full,
@@ -133,7 +137,7 @@ def manifests(tmp_path, authors, equal, next_item, seed_count=5):
 @pytest.mark.parametrize("seed_count, statement", [
     (5, "**ml-100k.** The data support: the protocol (the ordering appears under the authors' protocol for both "
         "implementations and under neither in next-item)."),
-    (3, "**ml-100k.** Not resolved yet: 52 of 70 runs. Missing: prism-authors (authors protocol, per-backbone "
+    (3, "**ml-100k.** Not resolved yet: 57 of 75 runs. Missing: prism-authors (authors protocol, per-backbone "
         "heads): 3 of 5 seeds at a chosen rate;"),
 ])
 def test_the_report_ends_with_the_statement(tmp_path, seed_count, statement):
@@ -141,3 +145,19 @@ def test_the_report_ends_with_the_statement(tmp_path, seed_count, statement):
     text = write_report([folder], tmp_path / "report.md", "test", (next_item,)).read_text()
     last = text.rstrip().splitlines()[-1]
     assert last.startswith(statement) and "$" not in text
+
+
+def test_the_report_reads_the_design_the_runs_were_made_by(tmp_path):
+    """Three seeds of a three-seed design (Design.record in the rows) resolve it; the default design's five
+    would not (the parametrized test above); rows of two designs are refused."""
+    folder, next_item = manifests(tmp_path, ORDERED, KEPT_EQUAL, FLAT_NEXT, 3)
+    record = {**Design(()).record(), "seeds": [0, 1, 2]}
+    rows = [{**row, "design": record} for row in read_jsonl(folder / "manifest.jsonl")]
+    write_jsonl(folder / "manifest.jsonl", rows)
+    text = write_report([folder], tmp_path / "report.md", "test", (next_item,)).read_text()
+    assert text.rstrip().splitlines()[-1].startswith(
+        "**ml-100k.** The data support: the protocol (the ordering appears under the authors' protocol")
+    rows[0]["design"] = {**record, "equal_head": "4"}
+    write_jsonl(folder / "manifest.jsonl", rows)
+    with pytest.raises(OptionError, match="option --from: the runs were made by designs of different seeds"):
+        write_report([folder], tmp_path / "report.md", "test", (next_item,))

@@ -97,10 +97,10 @@ def test_a_run_expected_past_the_budget_does_not_start(task, tmp_path, monkeypat
     slow = {"key": "slow", "dataset": "tiny", "wall_seconds": 3600.0, "valid_full_auc": 0.5,
             "config": {**design.base.to_dict(), "lr": 1e-3}}
     write_jsonl(tmp_path / "manifest.jsonl", [slow])
-    counts = grid.run_grid(tmp_path, design, 60.0, CPU, log=lambda line: None)
-    assert counts == {"finished": 0, "dropped": 0, "pending": 1}
-    counts = grid.run_grid(tmp_path, design, None, CPU, log=lambda line: None)
-    assert counts == {"finished": 1, "dropped": 0, "pending": 0}
+    counts = grid.run_grid(tmp_path, design, 60.0, "cpu", log=lambda line: None)
+    assert counts == {"finished": 0, "dropped": 0, "failed": 0, "pending": 1}
+    counts = grid.run_grid(tmp_path, design, None, "cpu", log=lambda line: None)
+    assert counts == {"finished": 1, "dropped": 0, "failed": 0, "pending": 0}
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -139,3 +139,28 @@ def test_an_unknown_protocol_or_another_protocols_option_is_refused(argv, messag
         main([str(tmp_path / "out") if arg == "OUT" else arg for arg in argv])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_grid_trains_in_the_designs_priority_order_through_the_campaign(task, tmp_path, monkeypatch):
+    """Each run the grid starts is the first the design lists as pending at that moment (follow-ups: a rate
+    extension, the seeds a chosen rate releases, the equal-heads arm), as asking the design run by run gives."""
+    import math
+
+    design = Design(("tiny",), ("sasrec", "null", "pop"), (0, 1), RunConfig(model="null", **TINY),
+                    TuningGrid((1e-3, 1e-2), RATE_LADDER), "4")
+
+    def record(config):  # validation AUC peaks at 1e-4: seed 0's grid extends down the ladder once
+        return {"config": config.to_dict(), "dataset": "tiny", "wall_seconds": 1.0, "cases": {},
+                "valid_full_auc": -abs(math.log10(config.lr) + 4)}
+
+    trained = []
+    monkeypatch.setattr(grid, "load_task", lambda *args: task)
+    monkeypatch.setattr(grid, "describe", lambda record: "")
+    monkeypatch.setattr(grid, "run", lambda task, config, *args, **kwargs: trained.append(config) or record(config))
+    counts = grid.run_grid(tmp_path, design, None, "cpu", log=lambda line: None)
+    rows, expected = [], []
+    while pending := design.pending(rows):
+        expected.append(pending[0][1])
+        rows.append(record(pending[0][1]))
+    assert trained == expected and counts == {"finished": len(expected), "dropped": 0, "failed": 0, "pending": 0}
+    assert ("sasrec", 0, 1e-4, "per-backbone") in [(c.model, c.seed, c.lr, c.head_width) for c in trained]

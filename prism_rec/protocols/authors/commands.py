@@ -15,6 +15,7 @@ import torch
 
 from ...errors import OptionError
 from ...experiments import tuning
+from ...experiments.campaign import add_executor_options, executor_from_args
 from ...experiments.headline.v3 import V3, grid_from_option
 from ...files import write_atomically
 from ...training.devices import resolve_device
@@ -51,10 +52,14 @@ def _base_config(args: argparse.Namespace, model: str, head: str) -> RunConfig:
                      n_heads=args.n_heads, dropout=args.dropout, feature_seed=args.feature_seed).check()
 
 
-def _device(args: argparse.Namespace) -> torch.device:
+def _threads(args: argparse.Namespace) -> int:
     from ...experiments.bench import cpu_threads
 
-    threads = cpu_threads(args.threads)
+    return cpu_threads(args.threads)
+
+
+def _device(args: argparse.Namespace) -> torch.device:
+    threads = _threads(args)
     try:
         device = resolve_device(args.device)
     except (ValueError, RuntimeError) as error:  # resolve_device's messages start "option --device:"
@@ -115,9 +120,16 @@ def _design(args: argparse.Namespace) -> Design:
 
 def command_grid(args: argparse.Namespace) -> None:
     design = _design(args)
-    device = _device(args)
-    counts = run_grid(Path(args.out), design, args.budget, device, args.min_user_edges, args.raw_dir, args.workers)
-    print(f"authors grid: {counts['finished']} finished, {counts['dropped']} dropped at the budget, "
+    threads = _threads(args)
+    executor = executor_from_args(args, args.budget)
+    torch.set_num_threads(threads)  # every run trains with it (grid.GridJob.threads)
+    try:
+        counts = run_grid(Path(args.out), design, args.budget, min_user_edges=args.min_user_edges,
+                          raw_dir=args.raw_dir, executor=executor)
+    finally:
+        executor.close()
+    failed = f"{counts['failed']} failed, " if counts["failed"] else ""
+    print(f"authors grid: {counts['finished']} finished, {counts['dropped']} dropped at the budget, {failed}"
           f"{counts['pending']} ready for the next call ({args.out}/manifest.jsonl)")
     if counts["pending"]:
         sys.exit(3)
@@ -149,7 +161,8 @@ def add_parser(subparsers) -> None:
     grid.add_argument("--out", required=True, help="folder of the manifest and the test cases")
     grid.add_argument("--budget", type=float, help="wall-clock seconds; a run starts only when it is expected "
                                                    "to end by then")
-    grid.add_argument("--workers", type=int, default=1, help="training processes sharing the device")
+    grid.add_argument("--workers", type=int, default=1,
+                      help="local: training processes sharing the device (--device cuda:0,cuda:1: one each in turn)")
     grid.add_argument("--datasets", default="ml-100k")
     grid.add_argument("--models", default=",".join(DESIGN_MODELS), help="comma list, most informative first")
     grid.add_argument("--seeds", default=str(DESIGN_SEEDS), help="a count N: seeds 0..N-1")
@@ -158,6 +171,7 @@ def add_parser(subparsers) -> None:
     grid.add_argument("--equal-head", default=EQUAL_HEAD,
                       help="the equal-heads arm's width (models with another per-backbone width), or none")
     _add_run_options(grid)
+    add_executor_options(grid)
     grid.set_defaults(func=command_grid)
     table = commands.add_parser("table", allow_abbrev=False,
                                 help="write results/authors_protocol.md from grid folders")

@@ -10,8 +10,9 @@ gated_deltanet), and under the authors' protocol per-backbone heads or equal hea
   under neither;
 - head widths: it appears with per-backbone heads and vanishes with equal heads, for every implementation
   it appears with;
-- noise: it appears nowhere and, under each protocol, no two of the backbones (and the null backbone,
-  where the protocol has one) differ (every Welch p >= 0.05).
+- noise: it appears nowhere and, under each protocol, no two of the backbones (and the null backbone:
+  model.NullMixer under the authors' protocol, baselines/null.py under next-item) differ (every Welch
+  p >= 0.05).
 
 Any that hold are stated (head widths beside protocol says which part of the protocol carries it); with
 none, the pattern is stated as it is. Until every required arm has all its seeds at its chosen rate:
@@ -22,11 +23,11 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 
 from ...statistics import ALPHA, welch
-from .design import PER_BACKBONE
+from .design import PER_BACKBONE, equal_heads_retrain
 from .model import NULL
-from .model import WIDE_HEAD_MODELS as WIDE  # the models whose per-backbone head is wider: equal heads retrain them
 
 AUTHORS, NEXT_ITEM = "authors", "next-item"
 EQUAL = "equal"
@@ -36,38 +37,42 @@ BACKBONES = ("prism-authors", "gdn-authors", "prism", "gated_deltanet", "sasrec"
 HEADS = {AUTHORS: (PER_BACKBONE, EQUAL), NEXT_ITEM: ("-",)}
 
 
-def required_arms() -> list[tuple[str, str, str]]:
-    """The arms the decision needs, each once: (protocol, model, heads). Equal heads retrain only ``WIDE``;
-    no next-item null backbone (none is registered for next-item)."""
+Retrains = Callable[[str], bool]  # whether the equal-heads arm retrains a model (design.equal_heads_retrain)
+
+
+def required_arms(retrains: Retrains = equal_heads_retrain) -> list[tuple[str, str, str]]:
+    """The arms the decision needs, each once: (protocol, model, heads). Equal heads: the models ``retrains``;
+    the null backbone under both protocols (baselines/null.py for next-item)."""
     arms = [(AUTHORS, model, PER_BACKBONE) for model in (*BACKBONES, NULL)]
-    arms += [(AUTHORS, model, EQUAL) for model in WIDE]
-    arms += [(NEXT_ITEM, model, "-") for model in BACKBONES]
+    arms += [(AUTHORS, model, EQUAL) for model in (*BACKBONES, NULL) if retrains(model)]
+    arms += [(NEXT_ITEM, model, "-") for model in (*BACKBONES, NULL)]
     return arms
 
 
-def _arm(values: dict, protocol: str, model: str, heads: str) -> list[float]:
-    if heads == EQUAL and model not in WIDE:  # its per-backbone head already has the equal width
+def _arm(values: dict, protocol: str, model: str, heads: str, retrains: Retrains) -> list[float]:
+    if heads == EQUAL and not retrains(model):  # its per-backbone runs are its equal-heads arm
         heads = PER_BACKBONE
     return values.get((protocol, model, heads), [])
 
 
-def appears(values: dict, protocol: str, implementation: str, heads: str) -> bool:
+def appears(values: dict, protocol: str, implementation: str, heads: str,
+            retrains: Retrains = equal_heads_retrain) -> bool:
     prism, gdn = IMPLEMENTATIONS[implementation]
-    comparison = welch(_arm(values, protocol, prism, heads), _arm(values, protocol, gdn, heads))
+    comparison = welch(_arm(values, protocol, prism, heads, retrains), _arm(values, protocol, gdn, heads, retrains))
     return comparison.mean > 0 and math.isfinite(comparison.p) and comparison.p < ALPHA
 
 
-def within_noise(values: dict, protocol: str, heads: str) -> bool:
+def within_noise(values: dict, protocol: str, heads: str, retrains: Retrains = equal_heads_retrain) -> bool:
     """No two of the backbones (and null, where it has runs) differ under ``protocol``: every Welch p >= ALPHA."""
-    arms = [_arm(values, protocol, model, heads) for model in (*BACKBONES, NULL)]
+    arms = [_arm(values, protocol, model, heads, retrains) for model in (*BACKBONES, NULL)]
     arms = [arm for arm in arms if arm]
     return all(not (welch(a, b).p < ALPHA) for a, b in itertools.combinations(arms, 2))
 
 
-def missing(values: dict, seeds: int) -> tuple[int, int, list[str]]:
+def missing(values: dict, seeds: int, retrains: Retrains = equal_heads_retrain) -> tuple[int, int, list[str]]:
     """(runs there, runs needed, one phrase per incomplete arm)."""
     have, phrases = 0, []
-    arms = required_arms()
+    arms = required_arms(retrains)
     for protocol, model, heads in arms:
         count = min(len(values.get((protocol, model, heads), [])), seeds)
         have += count
@@ -77,15 +82,16 @@ def missing(values: dict, seeds: int) -> tuple[int, int, list[str]]:
     return have, len(arms) * seeds, phrases
 
 
-def explain(values: dict[tuple[str, str, str], list[float]], seeds: int) -> str:
+def explain(values: dict[tuple[str, str, str], list[float]], seeds: int,
+            retrains: Retrains = equal_heads_retrain) -> str:
     """The plain statement: which explanations the per-seed values of each arm support, or what is missing.
 
     ``values``: {(protocol, model, heads): per-seed test AUC at the arm's chosen rate}; heads is
     per-backbone or equal under the authors' protocol, "-" under next-item."""
-    have, need, phrases = missing(values, seeds)
+    have, need, phrases = missing(values, seeds, retrains)
     if have < need:
         return f"Not resolved yet: {have} of {need} runs. Missing: " + "; ".join(phrases) + "."
-    cells = {(protocol, implementation, heads): appears(values, protocol, implementation, heads)
+    cells = {(protocol, implementation, heads): appears(values, protocol, implementation, heads, retrains)
              for protocol in HEADS for implementation in IMPLEMENTATIONS for heads in HEADS[protocol]}
     presets, faithful = IMPLEMENTATIONS
     seen = lambda protocol, implementation, heads=PER_BACKBONE: cells[(protocol, implementation,  # noqa: E731
@@ -103,7 +109,7 @@ def explain(values: dict[tuple[str, str, str], list[float]], seeds: int) -> str:
     if per_backbone and not any(seen(AUTHORS, i, EQUAL) for i in per_backbone):
         supported.append(f"the head widths (the ordering appears with per-backbone heads for "
                          f"{' and '.join(per_backbone)} and vanishes with equal heads)")
-    if not any(cells.values()) and all(within_noise(values, protocol, heads)
+    if not any(cells.values()) and all(within_noise(values, protocol, heads, retrains)
                                        for protocol in HEADS for heads in HEADS[protocol]):
         supported.append("noise (the ordering appears nowhere and the backbones are within the seed "
                          "interval of each other and of the null backbone)")
@@ -117,19 +123,21 @@ def explain(values: dict[tuple[str, str, str], list[float]], seeds: int) -> str:
     return ("None of the four explanations fits: the ordering appears only in " + "; ".join(where) + ".")
 
 
-def cell_rows(values: dict[tuple[str, str, str], list[float]]) -> list[list[str]]:
+def cell_rows(values: dict[tuple[str, str, str], list[float]],
+              retrains: Retrains = equal_heads_retrain) -> list[list[str]]:
     """One row per cell: PRISM minus Gated DeltaNet and minus SASRec over seeds (Welch), and whether it appears."""
     rows = []
     for protocol in HEADS:
         for implementation, (prism, gdn) in IMPLEMENTATIONS.items():
             for heads in HEADS[protocol]:
-                a, b, s = (_arm(values, protocol, m, heads) for m in (prism, gdn, "sasrec"))
+                a, b, s = (_arm(values, protocol, m, heads, retrains) for m in (prism, gdn, "sasrec"))
                 if not (a and b):
                     rows.append([protocol, implementation, heads, f"{len(a)}, {len(b)}", "—", "—", "—", "—", "no data"])
                     continue
                 gap = welch(a, b)
                 near = f"{welch(a, s).mean:+.4f}" if s else "—"
                 interval = f"[{gap.low:+.4f}, {gap.high:+.4f}]" if math.isfinite(gap.p) else "—"
+                shown = appears(values, protocol, implementation, heads, retrains)
                 rows.append([protocol, implementation, heads, f"{len(a)}, {len(b)}", f"{gap.mean:+.4f}", interval,
-                             f"{gap.p:.3g}", near, "yes" if appears(values, protocol, implementation, heads) else "no"])
+                             f"{gap.p:.3g}", near, "yes" if shown else "no"])
     return rows

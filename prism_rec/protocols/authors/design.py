@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from ...experiments import tuning
 from ...experiments.headline.v3 import V3
 from .data import FEATURE_DIM
-from .model import POP, head_width
+from .model import CHANNEL, POP, head_width
 from .train import RunConfig
 
 DESIGN_MODELS = ("prism-authors", "gdn-authors", "sasrec", "prism", "gated_deltanet", "null", "pop",
@@ -31,6 +31,16 @@ DESIGN_SEEDS = len(V3.seeds)  # the headline's five
 EQUAL_HEAD = "64"
 PER_BACKBONE = "per-backbone"
 RATE_FREE = ("model", "seed", "lr", "head_width")  # the settings a design's runs differ in
+
+
+def equal_heads_retrain(model: str, equal_head: str | None = EQUAL_HEAD, channel: int = CHANNEL) -> bool:
+    """The equal-heads rule, its one home: the arm where every head is ``equal_head`` wide retrains ``model``
+    only when its per-backbone head has another width; otherwise its per-backbone runs are that arm too.
+    ``pop`` has no head; without the arm (None) nothing is retrained."""
+    if equal_head is None or model == POP:
+        return False
+    equal = head_width(model, equal_head, FEATURE_DIM, channel, option="--equal-head")
+    return head_width(model, PER_BACKBONE, FEATURE_DIM, channel) != equal
 
 
 def run_key(dataset: str, config: RunConfig) -> str:
@@ -61,18 +71,26 @@ class Design:
     grid: tuning.TuningGrid = V3.grid
     equal_head: str | None = EQUAL_HEAD
 
+    def record(self) -> dict:
+        """What the runs' manifest rows keep of this design beside their settings (``from_record``)."""
+        return {"models": list(self.models), "seeds": list(self.seeds), "lr_grid": {
+            "start": list(self.grid.start), "ladder": list(self.grid.ladder)}, "equal_head": self.equal_head}
+
+    @classmethod
+    def from_record(cls, datasets: tuple[str, ...], base: RunConfig, record: dict) -> Design:
+        """The design of ``record`` (``Design.record``) over ``datasets`` on ``base``'s settings."""
+        grid = tuning.TuningGrid(tuple(record["lr_grid"]["start"]), tuple(record["lr_grid"]["ladder"]))
+        return cls(datasets, tuple(record["models"]), tuple(record["seeds"]), base, grid, record["equal_head"])
+
     def own(self, rows: list[dict]) -> list[dict]:
         """The rows made on this design's settings (other rows of the manifest are left alone)."""
         fixed = {k: v for k, v in self.base.to_dict().items() if k not in RATE_FREE}
         return [row for row in rows if row["dataset"] in self.datasets
                 and all(row["config"].get(k) == v for k, v in fixed.items())]
 
-    def equal_head_models(self, models) -> list[str]:
-        """The models the equal-heads arm retrains: those whose per-backbone head has another width."""
-        if self.equal_head is None:
-            return []
-        width = head_width("null", self.equal_head, FEATURE_DIM, self.base.channel, option="--equal-head")
-        return [m for m in models if m != POP and head_width(m, PER_BACKBONE, FEATURE_DIM, self.base.channel) != width]
+    def retrains(self, model: str) -> bool:
+        """Whether this design's equal-heads arm retrains ``model`` (``equal_heads_retrain``)."""
+        return equal_heads_retrain(model, self.equal_head, self.base.channel)
 
     def _job(self, dataset: str, model: str, seed: int, lr: float, head: str = PER_BACKBONE) -> tuple[str, RunConfig]:
         return dataset, replace(self.base, model=model, seed=seed, lr=lr, head_width=head).check()
@@ -91,7 +109,7 @@ class Design:
                 extension = self.grid.next_rate(tried)
                 rates = missing or ([extension] if extension is not None else [])
                 jobs += [self._job(dataset, model, tuning.TUNING_SEED, rate) for rate in rates]
-        heads = [(m, PER_BACKBONE) for m in models] + [(m, self.equal_head) for m in self.equal_head_models(models)]
+        heads = [(m, PER_BACKBONE) for m in models] + [(m, self.equal_head) for m in models if self.retrains(m)]
         for group in (heads[:len(models)], heads[len(models):]):  # the other seeds, then the equal-heads arm
             for seed in self.seeds:
                 for model, head in group:

@@ -1,27 +1,34 @@
-"""The budgeted, resumable grid of the authors' protocol: the runs of a ``design.Design``, on ``workers`` processes.
+"""The budgeted, resumable grid of the authors' protocol: the runs of a ``design.Design`` as a campaign
+(``prism_rec.experiments.campaign``: worker processes on this host, or the workers of a Dask cluster).
 
 Writes into ``out``: ``manifest.jsonl``, one row per finished run (key, dataset, the run's figures and
-settings), and ``cases/<key>.json``, the per-case counts of each finished run's test (user, above, ties),
-all written atomically. A run whose settings are already in the manifest is not trained again, so the same
-command continues an interrupted or budgeted grid. After every finished run the design is asked again which
-runs can start (a finished rate grid releases its other seeds). Budget: a run starts only when it is
-expected to end in time, by the mean time of the manifest's runs of its model (else of the slowest model
-with runs; a first run ever starts unestimated), and one still training when the budget ends is dropped,
-to be trained again by the next call. Several workers share the device (one process each, spawned).
+settings, and the design it was made by, ``Design.record``, which the report reads), and
+``cases/<key>.json``, the per-case counts of each finished run's test (user, above, ties), all written
+atomically. A run whose settings are already in the manifest is not trained again, so the same command
+continues an interrupted or budgeted grid. After every finished run the design is asked again which runs
+can start (a finished rate grid releases its other seeds); the campaign holds every run that can, and a
+free worker takes the first of them in the design's priority order that is expected to end in time
+(``_Priority``), by the mean time of the manifest's runs of its model (else of the slowest model with
+runs; a first run ever starts unestimated). A run still training when the budget ends stops at the end of
+its epoch and is dropped (abandoned), to be trained again by the next call; a run that fails is reported
+and left for the next call. Each worker process reads the edge tasks once (``_task``; on a Dask cluster
+the raw files must be at ``raw_dir``, or the default folder, on every worker).
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing
+import math
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ...files import read_jsonl, write_atomically, write_jsonl
+from ...experiments.campaign import Campaign, Executor, LocalExecutor, Manifest, Status, deadline_after
+from ...files import write_atomically
+from ...training.devices import resolve_device
 from .data import EdgeTask, load_task
 from .design import Design, identity, run_key
 from .train import RunConfig, describe, run
@@ -41,100 +48,125 @@ def expected_seconds(rows: list[dict], dataset: str, model: str) -> float | None
     return max((float(np.mean(values)) for values in times.values()), default=None)
 
 
-class _InProcess:
-    """An executor of one worker that runs each job when it is submitted (no spawned process)."""
+@dataclass(frozen=True)
+class GridJob:
+    """One run of the grid as a campaign job; ``deadline`` is a ``time.time()`` (infinity: no budget);
+    ``threads``: the CPU threads it trains with wherever it runs (the count splits reductions, so the same
+    run gives the same figures on every executor)."""
 
-    def __init__(self, tasks: dict[str, EdgeTask], device: torch.device, log):
-        self.tasks, self.device, self.log = tasks, device, log
+    dataset: str
+    config: dict
+    min_user_edges: int | None
+    raw_dir: str | None
+    device: str
+    deadline: float
+    threads: int
+    log_epochs: bool
 
-    def submit(self, dataset: str, config: RunConfig, deadline: float | None) -> Future:
-        future = Future()
-        future.set_result(run(self.tasks[dataset], config, self.device, deadline, self.log))
-        return future
+    @property
+    def identity(self) -> str:
+        return identity(self.dataset, self.config)
 
-    def shutdown(self) -> None:
-        pass
-
-
-_WORKER: dict = {}
-
-
-def _start_worker(datasets, min_user_edges, raw_dir, device: str, threads: int) -> None:
-    torch.set_num_threads(threads)
-    _WORKER.update(tasks={d: load_task(d, min_user_edges, raw_dir) for d in datasets}, device=torch.device(device))
-
-
-def _train_in_worker(dataset: str, config: dict, wall_deadline: float | None) -> dict | None:
-    deadline = None if wall_deadline is None else time.monotonic() + (wall_deadline - time.time())
-    return run(_WORKER["tasks"][dataset], RunConfig(**config), _WORKER["device"], deadline, log=lambda line: None)
+    @property
+    def label(self) -> str:
+        return run_key(self.dataset, RunConfig(**self.config))
 
 
-class _Pool:
-    """``workers`` spawned processes, each holding the edge tasks; jobs run with the deadline in wall time."""
-
-    def __init__(self, workers: int, datasets, min_user_edges, raw_dir, device: torch.device):
-        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_start_worker,
-                                        initargs=(datasets, min_user_edges, raw_dir, str(device),
-                                                  torch.get_num_threads()))
-
-    def submit(self, dataset: str, config: RunConfig, deadline: float | None) -> Future:
-        wall = None if deadline is None else time.time() + (deadline - time.monotonic())
-        return self.pool.submit(_train_in_worker, dataset, config.to_dict(), wall)
-
-    def shutdown(self) -> None:
-        self.pool.shutdown(cancel_futures=True)
+_TASKS: dict[tuple, EdgeTask] = {}  # this process's edge tasks by (dataset, min_user_edges, raw_dir)
 
 
-def _next_job(design: Design, rows: list[dict], busy: set[str], deadline: float | None):
-    """The first pending run not in flight that is expected to end by ``deadline``; None if there is none."""
-    if deadline is not None and time.monotonic() >= deadline:
-        return None
-    for dataset, config in design.pending(rows):
-        if identity(dataset, config.to_dict()) in busy:
-            continue
-        expected = expected_seconds(rows, dataset, config.model)
-        if deadline is None or expected is None or time.monotonic() + expected <= deadline:
-            return dataset, config
-    return None
+def _task(dataset: str, min_user_edges: int | None, raw_dir: str | None) -> EdgeTask:
+    key = (dataset, min_user_edges, raw_dir)
+    if key not in _TASKS:
+        _TASKS[key] = load_task(dataset, min_user_edges, raw_dir)
+    return _TASKS[key]
 
 
-def run_grid(out: Path, design: Design, budget: float | None, device: torch.device, min_user_edges: int | None = None,
-             raw_dir: str | None = None, workers: int = 1, log=print) -> dict[str, int]:
-    """Train ``design``'s pending runs into ``out`` within ``budget`` seconds; counts: finished, dropped (at
-    the budget), pending (runs that could start now, left for the next call)."""
+def train_job(job: GridJob) -> dict:
+    """The campaign's work: train one run; status finished with its record, or abandoned when the deadline
+    passed before it finished."""
+    torch.set_num_threads(job.threads)  # over the executor's own choice
+    deadline = None if math.isinf(job.deadline) else time.monotonic() + (job.deadline - time.time())
+    record = run(_task(job.dataset, job.min_user_edges, job.raw_dir), RunConfig(**job.config),
+                 resolve_device(job.device), deadline, log=print if job.log_epochs else lambda line: None)
+    if record is None:
+        return {"status": Status.ABANDONED.value}
+    return {"status": Status.FINISHED.value, "record": record}
+
+
+class _Priority:
+    """The design's order for the campaign: ``wanted`` accepts only the first pending run (``refresh``) not
+    yet started that is expected to end by the deadline, and counts it as started (the campaign gets no
+    ``expected_seconds``, so the run it accepts is the run that starts)."""
+
+    def __init__(self, design: Design, manifest: Manifest, deadline: float):
+        self.design, self.manifest, self.deadline = design, manifest, deadline
+        self.started: set[str] = set()
+        self.pending: list[tuple[str, str, RunConfig]] = []
+        self.expected: dict[tuple[str, str], float | None] = {}
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Ask the design again which runs can start, and how long each model takes, given the manifest's."""
+        rows = self.manifest.entries
+        self.pending = [(identity(dataset, config.to_dict()), dataset, config)
+                        for dataset, config in self.design.pending(rows)]
+        self.expected = {(dataset, config.model): expected_seconds(rows, dataset, config.model)
+                         for _, dataset, config in self.pending}
+
+    def _fits(self, dataset: str, config: RunConfig) -> bool:
+        expected = self.expected[(dataset, config.model)]
+        return expected is None or time.time() + expected <= self.deadline
+
+    def wanted(self, job: GridJob) -> bool:
+        first = next((key for key, dataset, config in self.pending
+                      if key not in self.started and self._fits(dataset, config)), None)
+        if job.identity != first:
+            return False
+        self.started.add(first)
+        return True
+
+
+def run_grid(out: Path, design: Design, budget: float | None, device: str = "auto", min_user_edges: int | None = None,
+             raw_dir: str | None = None, workers: int = 1, executor: Executor | None = None,
+             log=print) -> dict[str, int]:
+    """Train ``design``'s pending runs into ``out`` within ``budget`` seconds on ``executor`` (default: a local
+    pool of ``workers`` processes on ``device``), each with this process's CPU thread count (prism-rec authors
+    grid --threads); counts: finished, dropped (at the budget), failed, pending (runs that could start now,
+    left for the next call)."""
     out = Path(out)
-    deadline = None if budget is None else time.monotonic() + budget
-    tasks = {dataset: load_task(dataset, min_user_edges, raw_dir) for dataset in design.datasets}  # refusals first
-    rows = read_jsonl(out / MANIFEST)
-    executor = (_InProcess(tasks, device, log) if workers == 1
-                else _Pool(workers, design.datasets, min_user_edges, raw_dir, device))
-    counts = {"finished": 0, "dropped": 0}
-    flying: dict[Future, tuple[str, RunConfig]] = {}
-    try:
-        while True:
-            while len(flying) < workers:
-                busy = {identity(dataset, config.to_dict()) for dataset, config in flying.values()}
-                job = _next_job(design, rows, busy, deadline)
-                if job is None:
-                    break
-                flying[executor.submit(*job, deadline)] = job
-            if not flying:
-                break
-            finished, _ = wait(list(flying), return_when=FIRST_COMPLETED)
-            for future in finished:
-                dataset, config = flying.pop(future)
-                record = future.result()
-                if record is None:
-                    counts["dropped"] += 1
-                    continue
-                key = run_key(dataset, config)
-                write_atomically(out / "cases" / f"{key}.json", json.dumps(record.pop("cases")))
-                rows.append({"key": key, **record})
-                write_jsonl(out / MANIFEST, rows)
-                counts["finished"] += 1
-                log(describe(record))
-    finally:
-        executor.shutdown()
-    counts["pending"] = len(design.pending(rows))
-    return counts
+    deadline = deadline_after(budget)
+    executor = executor or LocalExecutor(workers, device)
+    _TASKS.clear()
+    for dataset in design.datasets:  # refusals before any run; the runs of this process read these
+        _task(dataset, min_user_edges, raw_dir)
+    manifest = Manifest(out / MANIFEST, key=lambda row: identity(row["dataset"], row["config"]))
+    priority = _Priority(design, manifest, deadline)
+    in_process = isinstance(executor, LocalExecutor) and executor.workers == 1
+    threads = torch.get_num_threads()
+
+    def job(dataset: str, config: RunConfig) -> GridJob:
+        return GridJob(dataset, config.to_dict(), min_user_edges, raw_dir, executor.job_device, deadline, threads,
+                       in_process)
+
+    queued = {key for key, _, _ in priority.pending}
+
+    def on_result(done: GridJob, status: Status, result: dict) -> list[GridJob]:
+        if status is not Status.FINISHED:
+            return []
+        record = result["record"]
+        key = done.label
+        write_atomically(out / "cases" / f"{key}.json", json.dumps(record.pop("cases")))
+        manifest.add({"key": key, **record, "design": design.record()})
+        log(describe(record))
+        priority.refresh()
+        follow_ups = [job(dataset, config) for key, dataset, config in priority.pending if key not in queued]
+        queued.update(follow.identity for follow in follow_ups)
+        return follow_ups
+
+    campaign = Campaign(executor, deadline, statuses=(Status.FINISHED, Status.ABANDONED, Status.FAILED))
+    campaign.run([job(dataset, config) for _, dataset, config in priority.pending], train_job, on_result,
+                 abandon_after=None, wanted=priority.wanted)
+    counts = campaign.counts
+    return {"finished": counts[Status.FINISHED.value], "dropped": counts[Status.ABANDONED.value],
+            "failed": counts[Status.FAILED.value], "pending": len(design.pending(manifest.entries))}

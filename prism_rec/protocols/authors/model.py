@@ -23,7 +23,8 @@ its own initialisation: ``sasrec`` is the original SASRec block (query LayerNorm
 backbone is fed a mask of all real tokens: the padding slots are node-0 tokens as SASRec.py and prism.py process them
 (GDeltanet.py:156-158 masks them instead); backbones that ask for learned positions get none (the authors'
 SASRec has none: the time encoding is its only order signal). ``null`` has no token mixing: the output at
-a position is its own token plus the user token.
+a position is its own token plus the user token (``NullMixer``; the registered ``null`` of baselines/null.py
+is the next-item protocol's, whose sequences have no user token to add).
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from ...errors import OptionError
 from ...experiments import tuning
+from ...experiments.campaign import merge_manifests
 from ...experiments.headline.protocol import WIDTH, width_of
 from ...experiments.headline.v3 import V3
-from ...files import read_jsonl
 from ...paths import RESULTS_DIR
 from ...registry import trains
 
@@ -34,15 +34,11 @@ class NextItemCell:
 
 def read_entries(paths: list[Path], datasets: set[str]) -> list[dict]:
     """The width-d64 lines of ``paths`` on ``datasets``, each record once (the first file's copy)."""
-    entries, seen = [], set()
-    for path in paths:
-        if not Path(path).is_file():
-            raise OptionError(f"option --next-item: {path} does not exist")
-        for entry in read_jsonl(Path(path)):
-            if entry["dataset"] in datasets and width_of(entry) == WIDTH and entry["record_id"] not in seen:
-                seen.add(entry["record_id"])
-                entries.append(entry)
-    return entries
+    try:
+        entries = merge_manifests(paths)
+    except FileNotFoundError as error:  # "manifest PATH does not exist"
+        raise OptionError(f"option --next-item: {error}") from None
+    return [entry for entry in entries if entry["dataset"] in datasets and width_of(entry) == WIDTH]
 
 
 def next_item_cells(paths: list[Path], datasets: set[str], models: list[str]) -> dict[tuple[str, str], NextItemCell]:

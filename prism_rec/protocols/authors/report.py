@@ -25,7 +25,7 @@ from ...markdown import fill, pipe_table
 from ...paths import PROJECT_ROOT, TEMPLATES_DIR
 from ...tracking.bootstrap import bootstrap_mean_ci, paired_difference, verdict
 from . import decision
-from .design import DESIGN_MODELS, PER_BACKBONE, RATE_FREE, Design, tuning_entries
+from .design import PER_BACKBONE, RATE_FREE, Design, equal_heads_retrain, tuning_entries
 from .grid import MANIFEST
 from .metrics import full_ranking_auc
 from .model import POP
@@ -33,6 +33,7 @@ from .next_item import NEXT_ITEM_MANIFESTS, next_item_cells
 from .train import RunConfig
 
 REPORT = PROJECT_ROOT / "results" / "authors_protocol.md"
+DEFAULT_DESIGN = Design(()).record()  # the design of manifest rows that do not record theirs
 # PAPER.md section 4, Table 2 AUC: Books, Movies, Electronics, Yelp
 PAPER_TABLE_2 = {
     "SASRec": (0.8910, 0.7677, 0.7293, 0.9410), "HSTU": (0.8835, 0.7748, 0.7189, 0.9324),
@@ -120,17 +121,28 @@ def group_table(runs: list[dict], dataset: str, rates: dict[str, str]) -> tuple[
 
 
 def design_of(runs: list[dict]) -> Design:
-    """The design the runs were made under: their datasets and (one set of) settings."""
+    """The design the runs were made under, as their manifest rows record it (``Design.record``; rows from
+    before it was recorded: the default design, which made them): their datasets, (one set of) settings, the
+    union of their models, and one set of seeds, rate grid and equal-heads width."""
     fixed = [{k: v for k, v in run["config"].items() if k not in RATE_FREE} for run in runs]
     if any(settings != fixed[0] for settings in fixed):
         raise OptionError("option --from: the runs were made with different settings (other than model, seed, rate "
                           "and head width); give folders of one design")
-    return Design(tuple(sorted({run["dataset"] for run in runs})), base=RunConfig(model="null", **fixed[0]))
+    records = [run.get("design", DEFAULT_DESIGN) for run in runs]
+    shared = {json.dumps({k: v for k, v in record.items() if k != "models"}, sort_keys=True) for record in records}
+    if len(shared) > 1:
+        raise OptionError("option --from: the runs were made by designs of different seeds, rate grids or "
+                          "equal-heads widths (prism-rec authors grid --seeds, --lr-grid, --equal-head); give folders "
+                          "of one design")
+    models = list(dict.fromkeys(model for record in records for model in record["models"]))
+    return Design.from_record(tuple(sorted({run["dataset"] for run in runs})), RunConfig(model="null", **fixed[0]),
+                              {**records[0], "models": models})
 
 
-def head_groups(cells: dict, dataset: str) -> dict[str, list[tuple[str, tuple]]]:
+def head_groups(cells: dict, dataset: str, channel: int) -> dict[str, list[tuple[str, tuple]]]:
     """{head: [(model, cell)]} of ``dataset``: per-backbone, and per integer head its own runs with the
-    per-backbone runs whose head has that width (the same runs); ``pop`` in every group."""
+    per-backbone runs of the models that head does not retrain (``equal_heads_retrain``: the same runs);
+    ``pop`` in every group."""
     mine = {(model, head): cell for (d, model, head), cell in cells.items() if d == dataset}
     floor = [(model, cell) for (model, head), cell in mine.items() if model == POP]
     heads = sorted({head for model, head in mine if model != POP}, key=lambda h: (h != PER_BACKBONE, h))
@@ -139,7 +151,7 @@ def head_groups(cells: dict, dataset: str) -> dict[str, list[tuple[str, tuple]]]
         members = [(model, cell) for (model, h), cell in mine.items() if h == head and model != POP]
         if head != PER_BACKBONE:
             members += [(model, cell) for (model, h), cell in mine.items() if h == PER_BACKBONE and model != POP
-                        and str(cell[2][0]["width"]) == head and (model, head) not in mine]
+                        and not equal_heads_retrain(model, head, channel) and (model, head) not in mine]
         groups[head] = members + floor
     return groups or {PER_BACKBONE: floor}
 
@@ -158,15 +170,14 @@ def rate_grid_table(design: Design, runs: list[dict], dataset: str) -> str:
     return pipe_table(["model", "validation full-ranking AUC of seed 0 per rate", "choice"], rows, "lll")
 
 
-def protocols_table(cells: dict, next_cells: dict, dataset: str, models: list[str], equal: str,
+def protocols_table(cells: dict, next_cells: dict, dataset: str, models: list[str], design: Design,
                     values: dict) -> str:
     """Both protocols per model of ``dataset``; fills ``values`` (decision.explain's input) on the way."""
-    rows = []
+    rows, equal = [], design.equal_head
     for model in models:
         per_backbone = cells.get((dataset, model, PER_BACKBONE))
         own_equal = cells.get((dataset, model, equal))
-        equal_cell = own_equal or (per_backbone if per_backbone and str(per_backbone[2][0]["width"]) == equal
-                                   else None)
+        equal_cell = own_equal or (None if design.retrains(model) else per_backbone)
         texts = []
         for heads, cell in ((decision.PER_BACKBONE, per_backbone), (decision.EQUAL, equal_cell)):
             if cell is None:
@@ -197,8 +208,7 @@ def write_report(folders: list[Path], path: Path = REPORT, command: str = "",
         raise OptionError(f"option --from: no finished runs in {', '.join(map(str, folders))}")
     design = design_of(runs)
     cells = design.selected(runs)
-    models = [m for m in DESIGN_MODELS if m in design.models] + sorted(
-        {run["config"]["model"] for run in runs} - set(DESIGN_MODELS))
+    models = [*design.models, *sorted({run["config"]["model"] for run in runs} - set(design.models))]
     next_cells = next_item_cells(list(next_item), set(design.datasets), models)
     sections, statements = [], []
     for dataset in design.datasets:
@@ -208,7 +218,7 @@ def write_report(folders: list[Path], path: Path = REPORT, command: str = "",
                               f"(--min-user-edges or data differ); give folders of one task")
         stats = mine[0]["task"]
         sections.append(f"### {dataset}: seed 0's rate grids\n\n{rate_grid_table(design, runs, dataset)}")
-        for head, members in head_groups(cells, dataset).items():
+        for head, members in head_groups(cells, dataset, design.base.channel).items():
             if not members:
                 continue
             table, paired = group_table([run for _, cell in members for run in cell[2]], dataset,
@@ -219,12 +229,12 @@ def write_report(folders: list[Path], path: Path = REPORT, command: str = "",
                 f"({stats['train_edges']} train, {stats['valid_edges']} validation, {stats['test_edges']} test "
                 f"cases).\n\n{table}\n\n{paired}")
         values: dict = {}
-        joined = protocols_table(cells, next_cells, dataset, models, design.equal_head, values)
+        joined = protocols_table(cells, next_cells, dataset, models, design, values)
         cell_table = pipe_table(["protocol", "implementation", "heads", "seeds", "PRISM - GDN", "Welch interval",
-                                 "p", "PRISM - SASRec", "ordering appears"], decision.cell_rows(values),
-                                "lllrrrrrl")
+                                 "p", "PRISM - SASRec", "ordering appears"],
+                                decision.cell_rows(values, design.retrains), "lllrrrrrl")
         sections.append(f"### {dataset}: both protocols\n\n{joined}\n\n{cell_table}")
-        statements.append(f"**{dataset}.** {decision.explain(values, len(design.seeds))}")
+        statements.append(f"**{dataset}.** {decision.explain(values, len(design.seeds), design.retrains)}")
     paper = pipe_table(["model", *PAPER_DOMAINS], [[name, *(f"{v:.4f}" for v in values)]
                                                    for name, values in PAPER_TABLE_2.items()], "lrrrr")
     text = fill(TEMPLATES_DIR / "authors_protocol.md", command=command or "prism-rec authors table",
