@@ -13,8 +13,7 @@
 # fetched with gpu_setup.sh's pip download line, --no-deps, into .whl/recbole: colorlog==4.7.2 texttable==1.7.2
 # (two small py3-none-any wheels), and pandas==2.3.3 with the pytz==2025.2 and tzdata==2025.2 it needs: the
 # image's pandas is 3, under which RecBole's dataset cannot be built (compat.py's VERSION_CAPS says why). The
-# script stops before any work,
-# naming what is still missing or too new.
+# script stops before any work, naming what is still missing or too new.
 # DATASETS (default ml-100k,electronics-gerec), SEEDS (default 3), LR_GRID (default 3e-4,1e-3,3e-3), JOBS
 # (default 14), BUDGET (default 470) and EXPECTED_EPOCHS (default 25: the epochs a run is expected to take
 # before one of its kind has finished: RecBole's SASRec on ml-100k at lr 1e-3 had its best epoch at 13,
