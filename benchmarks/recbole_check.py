@@ -60,6 +60,7 @@ from prism_rec.experiments.headline import verdicts
 from prism_rec.files import write_atomically
 from prism_rec.options import parse_seeds
 from prism_rec.paths import RESULTS_DIR
+from prism_rec.recbole_bridge.compat import unmet_requirements
 from prism_rec.recbole_bridge.run import fit_recbole
 from prism_rec.recbole_bridge.split import training_cases
 from prism_rec.statistics import ALPHA, POWER
@@ -423,6 +424,9 @@ def main(argv: list[str] | None = None) -> None:
         rates = list(tuning.parse_grid(args.lr_grid))
     except ValueError as error:
         raise SystemExit(str(error)) from None
+    unmet = unmet_requirements()
+    if unmet:
+        raise SystemExit(f"the RecBole check needs {', '.join(unmet)} (prism_rec/recbole_bridge/compat.py says why)")
     torch.set_num_threads(args.threads)
     base = TrainConfig(d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, max_len=args.max_len,
                        batch_size=args.batch_size, epochs=args.epochs, patience=args.patience, device=args.device,

@@ -11,7 +11,9 @@
 # REQUIRED_MODULES that the image lacks: on the H200 image (Python 3.12.3, checked 2026-12-03) colorlog and
 # texttable (it has colorama 0.4.6, tensorboard 2.21.0, protobuf, absl-py, scikit-learn, tqdm, pyyaml),
 # fetched with gpu_setup.sh's pip download line, --no-deps, into .whl/recbole: colorlog==4.7.2 texttable==1.7.2
-# (two small py3-none-any wheels). The script stops before any work, naming what is still missing.
+# (two small py3-none-any wheels), and pandas==2.3.3 with the pytz==2025.2 and tzdata==2025.2 it needs: the
+# image's pandas is 3, under which RecBole's dataset cannot be built (compat.py's VERSION_CAPS says why). The
+# script stops before any work, naming what is still missing or too new.
 # DATASETS (default ml-100k,electronics-gerec), SEEDS (default 3), LR_GRID (default 3e-4,1e-3,3e-3), JOBS
 # (default 14), BUDGET (default 470) and EXPECTED_EPOCHS (default 25: the epochs a run is expected to take
 # before one of its kind has finished: RecBole's SASRec on ml-100k at lr 1e-3 had its best epoch at 13,
@@ -25,10 +27,10 @@ out=${1:?usage: benchmarks/recbole_gpu.sh OUT_DIR}
 PRISM_REC_MPS=${PRISM_REC_MPS:-1}
 . benchmarks/gpu_setup.sh || exit 1
 python3 -c "
-from prism_rec.recbole_bridge.compat import missing_modules
-missing = missing_modules()
-if missing:
-    raise SystemExit('the RecBole check needs ' + ', '.join(missing) + ': pip download them (gpu_setup.sh says '
+from prism_rec.recbole_bridge.compat import unmet_requirements
+unmet = unmet_requirements()
+if unmet:
+    raise SystemExit('the RecBole check needs ' + ', '.join(unmet) + ': pip download them (gpu_setup.sh says '
                      'how, --no-deps) into .whl/recbole and carry .whl')
 from prism_rec.recbole_bridge.compat import import_recbole
 import_recbole()

@@ -3,16 +3,17 @@
 RecBole's quick_start imports ray (a hyper-parameter search the bridge does not use), so the bridge never
 imports it: run.py does what ``recbole.quick_start.run_recbole`` does with recbole.config, .data, .model,
 .trainer and .utils, which need only the modules of :data:`REQUIRED_MODULES` (the pyproject ``recbole``
-extra, at recbole's own pins where it has them). :func:`import_recbole` also papers over two things recbole
-does to the process: numpy 2 removed the aliases np.float_, np.complex_ and np.unicode_ that recbole's
-data loaders still use, and importing its SINE model turns torch's anomaly detection on for the whole
-process (recbole/model/sequential_recommender/sine.py).
+extra, at recbole's own pins where it has them) at versions below :data:`VERSION_CAPS`. :func:`import_recbole`
+also papers over two things recbole does to the process: numpy 2 removed the aliases np.float_, np.complex_
+and np.unicode_ that recbole's data loaders still use, and importing its SINE model turns torch's anomaly
+detection on for the whole process (recbole/model/sequential_recommender/sine.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -23,11 +24,16 @@ import torch
 # module -> the pip requirement that provides it: recbole itself, the pyproject ``recbole`` extra (at recbole's
 # own pins where it has them), what recbole's evaluator and trainer import besides (scikit-learn, tqdm, pandas,
 # scipy, pyyaml) and what torch.utils.tensorboard's SummaryWriter, which RecBole's trainer makes, imports
-# (tensorboard with protobuf and absl-py)
+# (tensorboard with protobuf and absl-py), and pytz, which pandas below 3 imports
 REQUIRED_MODULES = {"recbole": "recbole==1.2.1 (--no-deps)", "colorlog": "colorlog==4.7.2",
                     "colorama": "colorama==0.4.4", "texttable": "texttable>=0.9", "tensorboard": "tensorboard>=2.5",
                     "google.protobuf": "protobuf", "absl": "absl-py", "yaml": "pyyaml>=5.1", "scipy": "scipy",
-                    "pandas": "pandas", "sklearn": "scikit-learn", "tqdm": "tqdm"}
+                    "pandas": "pandas", "sklearn": "scikit-learn", "tqdm": "tqdm",
+                    "pytz": "pytz"}
+# distribution -> (the first major version recbole 1.2.1 fails under, the requirement that avoids it): pandas 3
+# takes Series.agg(len) over the whole column, not per row, so Dataset._remap splits every token_seq field
+# (our item_id_list) into one piece and stops with "Length of values (1) does not match length of index"
+VERSION_CAPS = {"pandas": (3, "pandas<3")}
 NUMPY_ALIASES = (("float_", "float64"), ("complex_", "complex128"), ("unicode_", "str_"))
 
 
@@ -38,17 +44,27 @@ def _importable(module: str) -> bool:
         return False
 
 
-def missing_modules() -> list[str]:
-    """The requirements of :data:`REQUIRED_MODULES` whose module cannot be imported here."""
-    return [requirement for module, requirement in REQUIRED_MODULES.items() if not _importable(module)]
+def _too_new(distribution: str, major_cap: int) -> bool:
+    try:
+        return int(importlib.metadata.version(distribution).split(".")[0]) >= major_cap
+    except importlib.metadata.PackageNotFoundError:  # not installed: REQUIRED_MODULES names it
+        return False
+
+
+def unmet_requirements() -> list[str]:
+    """The requirements of :data:`REQUIRED_MODULES` whose module cannot be imported here, then those of
+    :data:`VERSION_CAPS` installed at a version at or above the cap."""
+    missing = [requirement for module, requirement in REQUIRED_MODULES.items() if not _importable(module)]
+    return missing + [requirement for distribution, (major_cap, requirement) in VERSION_CAPS.items()
+                      if _too_new(distribution, major_cap)]
 
 
 def import_recbole():
     """``(recbole.config, recbole.data, recbole.utils, recbole.data.interaction)`` imported as the module
-    docstring says; raises ImportError naming every missing requirement."""
-    missing = missing_modules()
-    if missing:
-        raise ImportError(f"the RecBole bridge needs {', '.join(missing)}: pip install them "
+    docstring says; raises ImportError naming every unmet requirement."""
+    unmet = unmet_requirements()
+    if unmet:
+        raise ImportError(f"the RecBole bridge needs {', '.join(unmet)}: pip install them "
                           "(recbole itself with --no-deps, as `make install` does)")
     for alias, target in NUMPY_ALIASES:
         if not hasattr(np, alias):

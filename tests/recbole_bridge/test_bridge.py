@@ -145,7 +145,7 @@ def test_bench_runs_a_bridged_model_beside_ours(dataset, store, tmp_path, monkey
 def test_missing_requirements_are_named(monkeypatch):
     from prism_rec.recbole_bridge import compat
 
-    assert compat.missing_modules() == []  # this environment has all of them
+    assert compat.unmet_requirements() == []  # this environment has all of them
     real = compat.importlib.util.find_spec
 
     def without(name, *args):
@@ -154,6 +154,27 @@ def test_missing_requirements_are_named(monkeypatch):
         return None if name in ("texttable", "colorlog") else real(name, *args)
 
     monkeypatch.setattr(compat.importlib.util, "find_spec", without)
-    assert compat.missing_modules() == ["colorlog==4.7.2", "texttable>=0.9", "protobuf"]
+    assert compat.unmet_requirements() == ["colorlog==4.7.2", "texttable>=0.9", "protobuf"]
     with pytest.raises(ImportError, match=r"the RecBole bridge needs colorlog==4.7.2, texttable>=0.9, protobuf: pip"):
         import_recbole()
+
+
+def test_pandas_3_is_named(monkeypatch):
+    """pandas 3 (the H200 image's) takes Series.agg(len) over the whole column, so RecBole 1.2.1 cannot split
+    our item_id_list: the check names pandas<3 before any work instead."""
+    from prism_rec.recbole_bridge import compat
+
+    real = compat.importlib.metadata.version
+    monkeypatch.setattr(compat.importlib.metadata, "version",
+                        lambda name: "3.0.2" if name == "pandas" else real(name))
+    assert compat.unmet_requirements() == ["pandas<3"]
+    with pytest.raises(ImportError, match=r"the RecBole bridge needs pandas<3: pip"):
+        import_recbole()
+
+
+@pytest.mark.filterwarnings("ignore:using <built-in function len> in Series.agg:FutureWarning")
+def test_installed_pandas_measures_token_seq_rows():
+    """What recbole's Dataset._remap relies on of pandas, here where the check passes: Series.agg(len) over a
+    column of arrays gives each row's length (pandas 3 gives the column's)."""
+    rows = pd.Series([np.arange(2), np.arange(3), np.arange(1)])
+    assert list(rows.agg(len)) == [2, 3, 1]

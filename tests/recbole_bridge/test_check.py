@@ -178,6 +178,13 @@ def test_bad_rates_are_refused_by_name(check):
             check.main(["--lr-grid", bad])
 
 
+def test_an_unmet_recbole_requirement_stops_the_check_before_any_run(check, monkeypatch):
+    monkeypatch.setattr(check, "unmet_requirements", lambda: ["pandas<3"])
+    monkeypatch.setattr(check, "load_dataset", lambda name: pytest.fail("a dataset was loaded"))
+    with pytest.raises(SystemExit, match=r"the RecBole check needs pandas<3 \(prism_rec/recbole_bridge/compat"):
+        check.main(["--datasets", "ml-100k"])
+
+
 def test_several_test_cases_a_user_are_refused(check):
     class TimeSplit:
         test_cases = np.array([[0, 1], [0, 2], [1, 3]])
