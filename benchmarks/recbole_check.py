@@ -2,10 +2,13 @@
 sasrec on the same split with the same sizes and budget, tuned the same way, both evaluated by this
 suite's evaluator; writes results/recbole_check.md (the command that made it at its top).
 
-Tuning, the same for both sides and every dataset: each learning rate of ``--lr-grid`` trains on seed 0;
-the rate whose best checkpoint has the highest validation AUC (this suite's evaluator, for both sides) is
-chosen by the suite's rule (prism_rec/experiments/tuning.choose_rate: ties go to the smaller rate; a grid run
-that failed or never started is left out of the choice); the seeds of ``--seeds`` are reported at that rate.
+Tuning, the same for both sides and every dataset, and as headline v3 tunes: each learning rate of ``--lr-grid``
+trains on seed 0; where the best of them (highest validation AUC of its best checkpoint, this suite's evaluator
+for both sides) is the grid's lowest or highest rate, the grid extends one step of tuning.RATE_LADDER (a factor
+of about 3, 1e-4 to 1e-1) beyond it, and so on (tuning.TuningGrid; ``--fixed-grid`` never extends); the rate
+is then chosen by the suite's rule (tuning.choose_rate: ties go to the smaller rate; a grid run that failed or
+never started is left out of the choice, and not tried again), a choice still at the grid's edge is flagged;
+the seeds of ``--seeds`` are reported at that rate.
 Both train with their own loss and loop until early stopping (``--patience`` validations without improvement)
 or the ``--epochs`` cap, which the report shows beside each best epoch: ours full-softmax cross-entropy over
 windows with AdamW, stopping on validation AUC; RecBole's cross-entropy over its augmented prefixes with Adam,
@@ -66,6 +69,7 @@ from prism_rec.recbole_bridge.split import training_cases
 from prism_rec.statistics import ALPHA, POWER
 from prism_rec.tracking.bootstrap import LEVEL, bootstrap_mean_ci
 from prism_rec.tracking.case_ranks import decode, encode
+from prism_rec.tracking.store import git_commit, machine_description
 from prism_rec.training.config import TrainConfig
 from prism_rec.training.devices import resolve_device
 from prism_rec.training.trainer import fit
@@ -127,19 +131,30 @@ class Schedule:
     queue: list[Job]
     grid: dict[tuple[str, str], list[Job]]  # (dataset, model) -> its seed-0 runs, one per rate
     expected_epochs: int  # a run's epochs in the estimate before a run of its dataset and model finished
+    rates: tuning.TuningGrid  # the start grid and the ladder a choice at its edge extends along
+    later_seeds: tuple[int, ...]  # the seeds after seed 0, queued at every rate the grid reaches
     finished: dict[Job, dict] = field(default_factory=dict)
     running: dict[Job, tuple[subprocess.Popen, float]] = field(default_factory=dict)
     chosen: dict[tuple[str, str], float] = field(default_factory=dict)
     left_out: dict[Job, str] = field(default_factory=dict)  # job -> why it has no result
 
+    def seed0_aucs(self, key: tuple[str, str]) -> dict[float, float]:
+        """{rate: best validation AUC} of the finished seed-0 runs of ``key``."""
+        return {job.lr: self.finished[job]["valid"]["auc"] for job in self.grid[key] if job in self.finished}
+
     def choose(self) -> None:
-        """Choose the rate of every (dataset, model) whose grid runs have all ended (tuning.choose_rate over
+        """For every (dataset, model) whose grid runs have all ended: extend its grid one ladder step where the
+        best of them is at an edge (tuning.TuningGrid.next_rate), else choose its rate (tuning.choose_rate over
         those that finished), dropping its runs at other rates."""
         for key, runs in self.grid.items():
             if key in self.chosen or any(job not in self.finished and job not in self.left_out for job in runs):
                 continue
-            by_rate = {job.lr: self.finished[job]["valid"]["auc"] for job in runs if job in self.finished}
+            by_rate = self.seed0_aucs(key)
             if not by_rate:
+                continue
+            step = self.rates.next_rate(by_rate)
+            if step is not None and step not in {job.lr for job in runs}:  # a failed rate is not tried again
+                self.extend(key, step, runs[0].seed)
                 continue
             self.chosen[key] = tuning.choose_rate(by_rate, tuple(by_rate))
             for job in [job for job in self.queue if (job.dataset, job.model) == key and job.lr != self.chosen[key]]:
@@ -148,6 +163,24 @@ class Schedule:
                         and job.lr != self.chosen[key]]:
                 self.stop(job, "dropped: its rate was not chosen")
             self.queue.sort(key=self.priority)
+
+    def extend(self, key: tuple[str, str], lr: float, first_seed: int) -> None:
+        """Queue ``key``'s seed-0 run at ``lr`` first and its later seeds there to work ahead."""
+        grid_run = Job(*key, first_seed, lr)
+        self.grid[key].append(grid_run)
+        self.queue += [grid_run, *(Job(*key, seed, lr) for seed in self.later_seeds)]
+        self.queue.sort(key=self.priority)
+
+    def at_edge(self, key: tuple[str, str]) -> bool:
+        """Whether ``key``'s chosen rate is still the lowest or highest of the rates its seed 0 reached."""
+        return self.rates.at_edge(self.seed0_aucs(key))
+
+    def take_finished(self, runs_dir: Path) -> None:
+        """Moves the queued runs whose result an earlier call left in ``runs_dir`` to the finished ones."""
+        for job in list(self.queue):
+            if job.path(runs_dir).exists():
+                self.finished[job] = json.loads(job.path(runs_dir).read_text())
+                self.queue.remove(job)
 
     def priority(self, job: Job) -> int:
         """0 for a grid run, 1 for a run at a chosen rate, 2 for one working ahead."""
@@ -176,23 +209,22 @@ class Schedule:
         return startup + per_epoch * (epochs - 1)
 
 
-def initial_schedule(datasets: list, seeds: list[int], rates: list[float], expected_epochs: int) -> Schedule:
-    """The queue of the module docstring (``datasets`` as (name, dataset), larger first)."""
+def initial_schedule(datasets: list, seeds: list[int], rates: list[float], expected_epochs: int,
+                     ladder: tuple[float, ...] = tuning.RATE_LADDER) -> Schedule:
+    """The queue of the module docstring (``datasets`` as (name, dataset), larger first); ``ladder`` the rates
+    a choice at the grid's edge extends along (empty: the grid is fixed)."""
     ordered = sorted(datasets, key=lambda pair: -len(pair[1].items))
     first, later = seeds[0], seeds[1:]
     grid = {(name, model): [Job(name, model, first, lr) for lr in rates] for name, _ in ordered for model in MODELS}
     queue = [job for model in (THEIRS, OURS) for name, _ in ordered for job in grid[name, model]]
     queue += [Job(name, model, seed, lr) for model in (THEIRS, OURS) for name, _ in ordered for seed in later
               for lr in rates]
-    return Schedule(queue, grid, expected_epochs)
+    return Schedule(queue, grid, expected_epochs, tuning.TuningGrid(tuple(rates), ladder), tuple(later))
 
 
 def run_schedule(schedule: Schedule, argv: list[str], runs_dir: Path, jobs: int, deadline: float) -> None:
     """Run the queue ``jobs`` processes at once until it is empty or ``deadline`` (time.time()) passes."""
-    for job in list(schedule.queue):
-        if job.path(runs_dir).exists():
-            schedule.finished[job] = json.loads(job.path(runs_dir).read_text())
-            schedule.queue.remove(job)
+    schedule.take_finished(runs_dir)
     while True:
         for job, (process, _) in list(schedule.running.items()):
             if process.poll() is not None:
@@ -203,6 +235,7 @@ def run_schedule(schedule: Schedule, argv: list[str], runs_dir: Path, jobs: int,
                 else:
                     schedule.left_out[job] = f"failed (exit {process.returncode}; {job.path(runs_dir, '.log')})"
         schedule.choose()
+        schedule.take_finished(runs_dir)  # the runs of a grid just extended that an earlier call finished
         if time.time() >= deadline:
             for job in list(schedule.running):
                 schedule.stop(job, "stopped at the --budget")
@@ -309,7 +342,8 @@ def grid_table(name: str, schedule: Schedule) -> list[str]:
     for model in MODELS:
         for job in schedule.grid[name, model]:
             run = schedule.finished.get(job)
-            chosen = " (chosen)" if schedule.chosen.get((name, model)) == job.lr else ""
+            chosen = "" if schedule.chosen.get((name, model)) != job.lr else \
+                " (chosen, at the grid's edge)" if schedule.at_edge((name, model)) else " (chosen)"
             cells = ([f"{run['valid']['auc']:.4f}", f"{run['best_epoch']}/{run['epochs_run']}",
                       f"{run['wall_seconds']:.0f}"] if run else [schedule.left_out.get(job, "—"), "", ""])
             lines.append(f"| {model} | {job.lr:g}{chosen} | " + " | ".join(cells) + " |")
@@ -392,7 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--datasets", default="ml-100k,electronics-gerec", help="comma list")
     parser.add_argument("--seeds", default="3", help="a count N (seeds 0..N-1) or a comma list; the first tunes")
     parser.add_argument("--lr-grid", default=",".join(f"{rate:g}" for rate in tuning.LR_GRID),
-                        help="the learning-rate grid: increasing comma list (tuning.parse_grid)")
+                        help="the learning-rate grid it starts from: increasing comma list on tuning.RATE_LADDER")
+    parser.add_argument("--fixed-grid", action="store_true", help="never extend the grid beyond its edges")
     parser.add_argument("--epochs", type=int, default=50, help="the epoch cap")
     parser.add_argument("--expected-epochs", type=int, help="a run's epochs in the time estimate before a run of "
                         "its dataset and model finished (default: the cap)")
@@ -422,6 +457,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("options --jobs and --threads must be >= 1, --budget and --margin > 0")
     try:
         rates = list(tuning.parse_grid(args.lr_grid))
+        ladder = () if args.fixed_grid else tuning.RATE_LADDER
+        tuning.TuningGrid(tuple(rates), ladder)  # start rates off the ladder are refused, naming --lr-grid
     except ValueError as error:
         raise SystemExit(str(error)) from None
     unmet = unmet_requirements()
@@ -438,15 +475,19 @@ def main(argv: list[str] | None = None) -> None:
     datasets = [(name, load_dataset(name)) for name in args.datasets.split(",")]  # caches made before any run
     for name, dataset in datasets:
         check_one_case_a_user(name, dataset)
-    schedule = initial_schedule(datasets, seeds, rates, args.expected_epochs or args.epochs)
+    schedule = initial_schedule(datasets, seeds, rates, args.expected_epochs or args.epochs, ladder)
     started = time.perf_counter()
     run_schedule(schedule, argv, args.runs_dir, args.jobs, deadline)
     command = "python benchmarks/recbole_check.py " + shlex.join(argv)
+    device = resolve_device(args.device)
     sections = [dataset_section(name, dataset, schedule, seeds, base, args.margin) for name, dataset in datasets]
     text = ("# RecBole's SASRec and ours on the same split\n\n"
-            f"Made by `{command}` in {time.perf_counter() - started:.0f} s on {resolve_device(args.device)} with up "
+            f"Made by `{command}` in {time.perf_counter() - started:.0f} s on {machine_description(device)}, torch "
+            f"{torch.__version__}, code {git_commit()}, with up "
             f"to {args.jobs} runs at once (benchmarks/recbole_check.py says how each side trains and how both are "
-            f"tuned). Learning rates {', '.join(f'{lr:g}' for lr in rates)}; patience {args.patience}, epoch cap "
+            f"tuned). Learning rates from {', '.join(f'{lr:g}' for lr in rates)}"
+            f"{'' if args.fixed_grid else ', extended along tuning.RATE_LADDER beyond an edge the choice lands on'}"
+            f"; patience {args.patience}, epoch cap "
             f"{args.epochs}, d_model {args.d_model}, {args.n_layers} layers, {args.n_heads} heads, max_len "
             f"{args.max_len}, batch {args.batch_size}. Test metrics of this suite's evaluator: full ranking over all "
             "items, history kept.\n\n"

@@ -4,6 +4,7 @@ rule: Welch over seeds, the paired bootstrap over test users, the detectable dif
 computations on synthetic inputs."""
 
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
@@ -42,7 +43,7 @@ class FakeDataset:
 
 def test_the_grid_comes_first_and_only_the_chosen_rate_stays(check):
     schedule = check.initial_schedule([("small", FakeDataset(10)), ("large", FakeDataset(20))], [0, 1], [1e-3, 3e-3],
-                                      expected_epochs=9)
+                                      expected_epochs=9, ladder=())
     head = [(job.model, job.dataset, job.seed) for job in schedule.queue[:8]]
     assert head == [("recbole:SASRec", "large", 0)] * 2 + [("recbole:SASRec", "small", 0)] * 2 + \
         [("sasrec", "large", 0)] * 2 + [("sasrec", "small", 0)] * 2  # every seed-0 run, RecBole's, larger first
@@ -75,6 +76,45 @@ def test_a_failed_grid_run_leaves_the_choice_to_the_others(check):
     assert schedule.chosen["d", "recbole:SASRec"] == 1e-3
 
 
+def fake_run(valid_auc: float) -> dict:
+    return {"valid": {"auc": valid_auc}, "best_epoch": 3, "epochs_run": 8, "wall_seconds": 10.0}
+
+
+def test_a_choice_at_the_edge_extends_the_grid_as_the_headline_does(check, tmp_path):
+    schedule = check.initial_schedule([("d", FakeDataset(5))], [0, 1], [1e-3, 3e-3], expected_epochs=9)
+    schedule.queue = [job for job in schedule.queue if job.model == "sasrec"]
+    low, high = schedule.grid["d", "sasrec"]
+    schedule.finished[low], schedule.finished[high] = fake_run(0.80), fake_run(0.85)
+    schedule.queue = [job for job in schedule.queue if job not in (low, high)]
+    schedule.choose()
+    assert ("d", "sasrec") not in schedule.chosen  # 3e-3 is the top of the grid: one ladder step up first
+    up = check.Job("d", "sasrec", 0, 1e-2)
+    assert schedule.grid["d", "sasrec"][-1] == up and schedule.queue[0] == up
+    assert check.Job("d", "sasrec", 1, 1e-2) in schedule.queue  # its later seed works ahead
+    up.path(tmp_path).parent.mkdir(parents=True)
+    up.path(tmp_path).write_text(json.dumps(fake_run(0.84)))  # an earlier call finished it
+    schedule.take_finished(tmp_path)
+    schedule.choose()
+    assert schedule.chosen["d", "sasrec"] == 3e-3 and not schedule.at_edge(("d", "sasrec"))  # inside 1e-3..1e-2
+    table = "\n".join(check.grid_table("d", schedule))
+    assert "| sasrec | 0.003 (chosen) |" in table and "| sasrec | 0.01 | 0.8400 |" in table
+
+
+def test_a_choice_still_at_the_edge_is_flagged(check):
+    schedule = check.initial_schedule([("d", FakeDataset(5))], [0], [1e-3, 3e-3], expected_epochs=9,
+                                      ladder=(1e-3, 3e-3))  # the ladder ends where the grid does
+    low, high = schedule.grid["d", "sasrec"]
+    schedule.finished[low], schedule.finished[high] = fake_run(0.80), fake_run(0.85)
+    schedule.choose()
+    assert schedule.chosen["d", "sasrec"] == 3e-3 and schedule.at_edge(("d", "sasrec"))
+    assert "| sasrec | 0.003 (chosen, at the grid's edge) |" in "\n".join(check.grid_table("d", schedule))
+
+
+def test_a_start_rate_off_the_ladder_is_refused_naming_the_option(check):
+    with pytest.raises(SystemExit, match="--lr-grid"):
+        check.main(["--lr-grid", "2e-3,5e-3", "--datasets", "ml-100k"])
+
+
 def test_the_estimate_follows_the_epochs_seen(check, tmp_path):
     schedule = check.initial_schedule([("d", FakeDataset(5))], [0, 1], [1e-3], expected_epochs=20)
     grid_run = schedule.grid["d", "sasrec"][0]
@@ -91,7 +131,7 @@ def test_the_estimate_follows_the_epochs_seen(check, tmp_path):
 
 
 def test_the_rate_choice_is_the_suites_tie_rule(check):
-    schedule = check.initial_schedule([("d", FakeDataset(5))], [0], [1e-3, 3e-3], expected_epochs=9)
+    schedule = check.initial_schedule([("d", FakeDataset(5))], [0], [1e-3, 3e-3], expected_epochs=9, ladder=())
     low, high = schedule.grid["d", "sasrec"]
     schedule.finished[low] = schedule.finished[high] = {"valid": {"auc": 0.8}}
     schedule.choose()
