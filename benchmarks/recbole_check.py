@@ -244,6 +244,7 @@ def run_schedule(schedule: Schedule, argv: list[str], runs_dir: Path, jobs: int,
             for job in schedule.queue:
                 schedule.left_out[job] = "not started: the --budget left less than its estimate"
             schedule.queue.clear()
+            schedule.choose()  # a grid whose extension did not start chooses among the rates it reached
             return
         time.sleep(POLL_SECONDS)
 
