@@ -172,8 +172,10 @@ class Schedule:
         self.queue.sort(key=self.priority)
 
     def at_edge(self, key: tuple[str, str]) -> bool:
-        """Whether ``key``'s chosen rate is still the lowest or highest of the rates its seed 0 reached."""
-        return self.rates.at_edge(self.seed0_aucs(key))
+        """Whether ``key``'s chosen rate is still the lowest or highest of the rates its seed 0 reached (the
+        ladder's end, or an extension the budget did not start)."""
+        reached = sorted(self.seed0_aucs(key))
+        return len(reached) > 1 and self.chosen.get(key) in (reached[0], reached[-1])
 
     def take_finished(self, runs_dir: Path) -> None:
         """Moves the queued runs whose result an earlier call left in ``runs_dir`` to the finished ones."""

@@ -110,6 +110,16 @@ def test_a_choice_still_at_the_edge_is_flagged(check):
     assert "| sasrec | 0.003 (chosen, at the grid's edge) |" in "\n".join(check.grid_table("d", schedule))
 
 
+def test_a_choice_whose_extension_did_not_start_is_flagged(check):
+    schedule = check.initial_schedule([("d", FakeDataset(5))], [0], [1e-3, 3e-3], expected_epochs=9)
+    low, high = schedule.grid["d", "sasrec"]
+    schedule.finished[low], schedule.finished[high] = fake_run(0.80), fake_run(0.85)
+    schedule.choose()
+    schedule.left_out[schedule.grid["d", "sasrec"][-1]] = "not started: the --budget left less than its estimate"
+    schedule.choose()
+    assert schedule.chosen["d", "sasrec"] == 3e-3 and schedule.at_edge(("d", "sasrec"))
+
+
 def test_a_start_rate_off_the_ladder_is_refused_naming_the_option(check):
     with pytest.raises(SystemExit, match="--lr-grid"):
         check.main(["--lr-grid", "2e-3,5e-3", "--datasets", "ml-100k"])
