@@ -160,7 +160,8 @@ def run_grid(out: Path, design: Design, budget: float | None, device: str = "aut
         manifest.add({"key": key, **record, "design": design.record()})
         log(describe(record))
         priority.refresh()
-        follow_ups = [job(dataset, config) for key, dataset, config in priority.pending if key not in queued]
+        follow_ups = [job(dataset, config) for identity_key, dataset, config in priority.pending
+                      if identity_key not in queued]
         queued.update(follow.identity for follow in follow_ups)
         return follow_ups
 

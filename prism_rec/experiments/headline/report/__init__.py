@@ -27,7 +27,6 @@ from ....names import path_name
 from ....paths import RESULTS_DIR, TEMPLATES_DIR
 from ....tracking.bootstrap import N_RESAMPLES, SEED_ALPHA
 from ....tracking.plots import auc_chart, forest_plot
-from ....training.candidates import SAMPLED_LABEL
 from ....training.metrics import METRIC_NAMES
 from ... import tuning
 from ...throughput.solo import SOLO_NAME, read_solo
@@ -39,6 +38,7 @@ from .findings import findings
 from .grid import ABLATION_DATASET, BASELINES, COMMAND, FLOOR, SHORT_SEQUENCE, Grid, build_grid, model_group
 from .tables import (
     SOURCES,
+    any_sampled,
     capped,
     dataset_table,
     evaluations,
@@ -61,10 +61,9 @@ def dataset_markdown(grid: Grid, dataset: str, metrics: tuple[str, ...] = ()) ->
     machines = sorted({run["machine"] for run in cell_runs})
     commits = sorted({run["git_commit"] for run in cell_runs})
     extra = tuple(dict.fromkeys((*(name for name in METRIC_NAMES if name in ("hit_10", "ndcg_10")), *metrics)))
-    described = evaluations(cell_runs)
     return fill(TEMPLATES_DIR / "headline_dataset.md", dataset=dataset, protocol=PROTOCOL,
-                kind="sampled" if any(text.startswith(SAMPLED_LABEL) for text in described) else "full-ranking",
-                evaluation="; ".join(described), dataset_table=dataset_table(grid, dataset, extra),
+                kind="sampled" if any_sampled(cell_runs) else "full-ranking",
+                evaluation="; ".join(evaluations(cell_runs)), dataset_table=dataset_table(grid, dataset, extra),
                 made_by=made_by(SOURCES),
                 paired_table=paired_table(grid, dataset), paired_note=paired_note(),
                 commands="; ".join(f"`{c}`" for c in commands) or "none", machines="; ".join(machines) or "none",

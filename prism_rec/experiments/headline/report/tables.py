@@ -64,11 +64,15 @@ def evaluations(runs: list[dict]) -> list[str]:
     return sorted({run.get("evaluation", FULL_RANKING) for run in runs})
 
 
+def any_sampled(runs: list[dict]) -> bool:
+    """Whether any of ``runs`` (manifest lines) was evaluated against sampled negatives."""
+    return any(text.startswith(SAMPLED_LABEL) for text in evaluations(runs))
+
+
 def metric_title(name: str, runs: list[dict]) -> str:
     """The column title of test metric ``name`` (e.g. "test NDCG@20"), "(sampled)" where any of ``runs`` was
     evaluated against sampled negatives."""
-    sampled = any(text.startswith(SAMPLED_LABEL) for text in evaluations(runs))
-    return f"test {column_title(name)}" + (" (sampled)" if sampled else "")
+    return f"test {column_title(name)}" + (" (sampled)" if any_sampled(runs) else "")
 
 
 def metric_text(runs: list[dict], name: str) -> str:
