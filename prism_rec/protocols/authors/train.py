@@ -78,6 +78,8 @@ class Scorer:
     def __init__(self, task: EdgeTask, config: RunConfig, device: torch.device):
         self.task, self.config, self.device = task, config, device
         self.items = torch.from_numpy(task.items).to(device)
+        self.dst = torch.from_numpy(task.dst).to(device)
+        self._tokens, self._cases = None, {}
         if config.model == POP:
             counts = np.bincount(task.dst[task.part == 0], minlength=task.n_nodes).astype(np.float32)
             self.popularity = torch.from_numpy(counts).to(device)
@@ -90,51 +92,75 @@ class Scorer:
         self.model = LinkModel(config.model, features, edge_features, width, config.channel,
                                n_layers=config.n_layers, n_heads=config.n_heads, dropout=config.dropout).to(device)
 
-    def source(self, edges: np.ndarray) -> torch.Tensor:
-        """Source embeddings [B, W] of edges [B] (the user at the edge's time and its neighbours)."""
-        task = self.task
-        nodes, edge_ids, times = task.neighbours(edges, self.config.n_neighbours)
-        nodes = np.concatenate([task.src[edges, None], nodes], axis=1)             # [B, 1 + k]
-        edge_ids = np.concatenate([np.zeros((len(edges), 1), np.int64), edge_ids], axis=1)
-        gaps = task.time[edges, None] - np.concatenate([task.time[edges, None], times], axis=1)
-        as_tensor = lambda array: torch.from_numpy(array).to(self.device)  # noqa: E731
-        return self.model.source(as_tensor(nodes), as_tensor(edge_ids), as_tensor(gaps.astype(np.float32)))
+    def tokens(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every edge's source tokens on the device, built once: node ids, edge ids and time gaps [E, 1 + k]
+        (the user at the edge's time, then its neighbours), so that a batch is one gather, not a host copy."""
+        if self._tokens is None:
+            task, edges = self.task, np.arange(len(self.task.src))
+            nodes, edge_ids, times = task.neighbours(edges, self.config.n_neighbours)
+            nodes = np.concatenate([task.src[:, None], nodes], axis=1)                 # [E, 1 + k]
+            edge_ids = np.concatenate([np.zeros((len(edges), 1), np.int64), edge_ids], axis=1)
+            gaps = task.time[:, None] - np.concatenate([task.time[:, None], times], axis=1)
+            self._tokens = tuple(torch.from_numpy(array).to(self.device)
+                                 for array in (nodes, edge_ids, gaps.astype(np.float32)))
+        return self._tokens
 
-    def pairs(self, edges: np.ndarray, negatives: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits [B] of each edge's true destination and of its negative destination [B]."""
-        dst, neg = torch.from_numpy(self.task.dst[edges]).to(self.device), torch.from_numpy(negatives).to(self.device)
+    def edge_index(self, part: int) -> torch.Tensor:
+        """Edge indices [C] of split ``part`` in time order, on the device."""
+        if part not in self._cases:
+            self._cases[part] = torch.from_numpy(self.task.cases(part)).to(self.device)
+        return self._cases[part]
+
+    def source(self, edges: torch.Tensor) -> torch.Tensor:
+        """Source embeddings [B, W] of edges [B] (the user at the edge's time and its neighbours)."""
+        nodes, edge_ids, gaps = (table[edges] for table in self.tokens())
+        return self.model.source(nodes, edge_ids, gaps)
+
+    def pairs(self, edges: torch.Tensor, negatives: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits [B] of each edge's true destination and of its negative destination [B] (device tensors)."""
+        dst = self.dst[edges]
         if self.model is None:
-            return self.popularity[dst], self.popularity[neg]
+            return self.popularity[dst], self.popularity[negatives]
         src = self.source(edges)
         positive = self.model.scorer(src, self.model.destination(dst))
-        negative = self.model.scorer(src, self.model.destination(neg))
+        negative = self.model.scorer(src, self.model.destination(negatives))
         return torch.nan_to_num(positive, 0.0, 1.0, -1.0), torch.nan_to_num(negative, 0.0, 1.0, -1.0)
 
-    def against_all(self, edges: np.ndarray, dst_all: torch.Tensor | None) -> torch.Tensor:
+    def against_all(self, edges: torch.Tensor, dst_all: torch.Tensor | None) -> torch.Tensor:
         """Scores [B, N] of edges [B] against every candidate (``dst_all``: their destination embeddings)."""
         if self.model is None:
             return self.popularity[self.items].expand(len(edges), -1)
         return self.model.scorer.against_all(self.source(edges), dst_all)
 
 
+def batch_negatives(rng: np.random.Generator, items: np.ndarray, n_edges: int, batch_size: int,
+                    device: torch.device) -> torch.Tensor:
+    """One uniform draw from ``items`` per edge [n_edges], drawn batch by batch in order (the sequence a draw
+    per batch gives), moved to the device in one copy."""
+    draws = [items[rng.integers(0, len(items), min(batch_size, n_edges - start))]
+             for start in range(0, n_edges, batch_size)]
+    return torch.from_numpy(np.concatenate(draws)).to(device)
+
+
 def train_epoch(scorer: Scorer, optimizer, rng: np.random.Generator, batch_size: int) -> float:
-    """One pass over the training edges in time order; returns the mean batch loss."""
+    """One pass over the training edges in time order; returns the mean batch loss. Nothing in the loop waits
+    for the device: the edges and negatives are there before it starts, the losses are read after it."""
     task, model = scorer.task, scorer.model
-    train_edges, train_items = task.cases(0), np.unique(task.dst[task.part == 0])
+    train_edges = scorer.edge_index(0)
+    negatives = batch_negatives(rng, np.unique(task.dst[task.part == 0]), len(train_edges), batch_size,
+                                scorer.device)
     model.train()
     losses = []
     for start in range(0, len(train_edges), batch_size):
-        edges = train_edges[start:start + batch_size]
-        negatives = train_items[rng.integers(0, len(train_items), len(edges))]
-        positive, negative = scorer.pairs(edges, negatives)
+        positive, negative = scorer.pairs(train_edges[start:start + batch_size], negatives[start:start + batch_size])
         logits = torch.cat([positive, negative])
         labels = torch.cat([torch.ones_like(positive), torch.zeros_like(negative)])
         loss = nn.functional.binary_cross_entropy_with_logits(logits, labels)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        losses.append(loss.item())
-    return float(np.mean(losses))
+        losses.append(loss.detach())
+    return float(np.mean(torch.stack(losses).double().cpu().numpy()))
 
 
 @torch.no_grad()
@@ -142,12 +168,14 @@ def evaluate_links(scorer: Scorer, part: int, seed: int, batch_size: int) -> dic
     """AP and ROC-AUC of split ``part`` against one random negative per edge, means over batches."""
     if scorer.model is not None:
         scorer.model.eval()
-    rng, edges, items = np.random.default_rng(seed), scorer.task.cases(part), scorer.task.items
-    per_batch = []
-    for start in range(0, len(edges), batch_size):
-        batch = edges[start:start + batch_size]
-        positive, negative = scorer.pairs(batch, items[rng.integers(0, len(items), len(batch))])
-        per_batch.append(link_metrics(positive.cpu().numpy(), negative.cpu().numpy()))
+    edges = scorer.edge_index(part)
+    negatives = batch_negatives(np.random.default_rng(seed), scorer.task.items, len(edges), batch_size,
+                                scorer.device)
+    scores = [scorer.pairs(edges[start:start + batch_size], negatives[start:start + batch_size])
+              for start in range(0, len(edges), batch_size)]
+    positive, negative = (torch.cat(side).cpu().numpy() for side in zip(*scores))
+    per_batch = [link_metrics(positive[start:start + batch_size], negative[start:start + batch_size])
+                 for start in range(0, len(edges), batch_size)]
     return {name: float(np.mean([metrics[name] for metrics in per_batch])) for name in per_batch[0]}
 
 
@@ -158,12 +186,12 @@ def evaluate_retrieval(scorer: Scorer, part: int, batch_size: int) -> tuple[np.n
     if scorer.model is not None:
         scorer.model.eval()
         dst_all = scorer.model.destination(scorer.items)
-    edges = scorer.task.cases(part)
+    edges = scorer.edge_index(part)
+    targets = torch.searchsorted(scorer.items, scorer.dst[edges])             # [C] columns of the true items
     above, ties = [], []
     for start in range(0, len(edges), batch_size):
         batch = edges[start:start + batch_size]
-        target = torch.from_numpy(np.searchsorted(scorer.task.items, scorer.task.dst[batch])).to(scorer.device)
-        counts = case_counts(scorer.against_all(batch, dst_all).float(), target)
+        counts = case_counts(scorer.against_all(batch, dst_all).float(), targets[start:start + batch_size])
         above.append(counts[0])
         ties.append(counts[1])
     return np.concatenate(above), np.concatenate(ties)
