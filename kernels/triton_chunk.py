@@ -16,6 +16,7 @@ import functools
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 
 @triton.jit
@@ -394,6 +395,28 @@ def _value_block(programs, BV, busy=264):
     return BV
 
 
+# The value block that fits the GPU's shared memory, per (kernel, T's chunk, BK, BV asked for, L, flags):
+# learnt from the first launch that is refused (fitting_value_block), so the refusal costs one try.
+_FITTING_VALUE_BLOCKS: dict[tuple, int] = {}
+
+
+def fitting_value_block(key: tuple, BV: int, launch):
+    """``launch(BV)`` with the value block halved (down to 16) while Triton refuses it for want of shared
+    memory (e.g. the L > 0 backward at key and value width 128 asks for 256 KiB, an H200 has 227 KiB); splitting
+    the value dimension changes only which program sums which columns. Returns launch's result."""
+    BV = _FITTING_VALUE_BLOCKS.get(key, BV)
+    while True:
+        try:
+            result = launch(BV)
+        except OutOfResources:
+            if BV <= 16:
+                raise
+            BV //= 2
+            continue
+        _FITTING_VALUE_BLOCKS[key] = BV
+        return result
+
+
 def _on_input_device(function):
     """Launch the kernels on the CUDA device of the first tensor argument: Triton launches on the current
     device, which is cuda:0 unless set, so tensors on cuda:1 would otherwise fail or be read wrongly."""
@@ -453,12 +476,19 @@ class _DeltaScanFunction(torch.autograd.Function):
             inverses = torch.empty(B, H, NT, BT, BT, device=q.device, dtype=torch.float32)
             _chunk_inverse_kernel[(NT, B * H)](k, g, beta, inverses, T, H, K, NT, PRECISION=precision, BT=BT, BK=BK,
                                                num_warps=4 if BT <= 32 else 8)
-        _forward_kernel[(triton.cdiv(V, BV), B * H)](
-            q, k, v, g, q if beta is None else beta, q if extra_k is None else extra_k,
-            q if extra_v is None else extra_v, q if initial_state is None else initial_state, inverses, o, final_state,
-            chunk_states, scale, T, H, K, V, L, NT,
-            HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, HAS_INITIAL=initial_state is not None,
-            STORE_CHUNK_STATES=needs_grad, PRECISION=precision, BT=BT, BK=BK, BV=BV, num_warps=_num_warps(BK, BV))
+
+        def forward_launch(BV):
+            _forward_kernel[(triton.cdiv(V, BV), B * H)](
+                q, k, v, g, q if beta is None else beta, q if extra_k is None else extra_k,
+                q if extra_v is None else extra_v, q if initial_state is None else initial_state, inverses, o,
+                final_state, chunk_states, scale, T, H, K, V, L, NT,
+                HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, HAS_INITIAL=initial_state is not None,
+                STORE_CHUNK_STATES=needs_grad, PRECISION=precision, BT=BT, BK=BK, BV=BV,
+                num_warps=_num_warps(BK, BV))
+            return BV
+
+        BV = fitting_value_block(("forward", BT, BK, BV, L > 0, beta is not None, needs_grad, precision), BV,
+                                 forward_launch)
         if needs_grad:
             ctx.save_for_backward(q, k, v, g, beta, extra_k, extra_v, chunk_states, inverses)
             ctx.config = (scale, BT, BK, BV, NT, precision, initial_state is not None)
@@ -472,18 +502,24 @@ class _DeltaScanFunction(torch.autograd.Function):
         B, T, H, K = q.shape
         V = v.shape[-1]
         L = 0 if extra_k is None else extra_k.shape[3]
-        value_blocks = triton.cdiv(V, BV)
         inputs = (q, k, v, g, beta, extra_k, extra_v)
-        dq, dk, dv, dg, dbeta, dek, dev = grads = _grad_buffers(inputs, value_blocks)
         d_initial = torch.empty(B, H, K, V, device=q.device, dtype=torch.float32)
-        _backward_kernel[(value_blocks, B * H)](
-            q, k, v, g, q if beta is None else beta, q if extra_k is None else extra_k,
-            q if extra_v is None else extra_v,
-            chunk_states, inverses, d_o.contiguous(), d_o if d_final_state is None else d_final_state.contiguous(),
-            dq, dk, dv, dg, dq if dbeta is None else dbeta, dq if dek is None else dek, dq if dev is None else dev,
-            d_initial, scale, T, H, K, V, L, NT,
-            HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, HAS_DFINAL=d_final_state is not None,
-            PRECISION=precision, BT=BT, BK=BK, BV=BV, num_warps=_num_warps(BK, BV))
+
+        def backward_launch(BV):
+            value_blocks = triton.cdiv(V, BV)
+            dq, dk, dv, dg, dbeta, dek, dev = grads = _grad_buffers(inputs, value_blocks)
+            _backward_kernel[(value_blocks, B * H)](
+                q, k, v, g, q if beta is None else beta, q if extra_k is None else extra_k,
+                q if extra_v is None else extra_v,
+                chunk_states, inverses, d_o.contiguous(), d_o if d_final_state is None else d_final_state.contiguous(),
+                dq, dk, dv, dg, dq if dbeta is None else dbeta, dq if dek is None else dek, dq if dev is None else dev,
+                d_initial, scale, T, H, K, V, L, NT,
+                HAS_BETA=beta is not None, HAS_EXTRA=extra_k is not None, HAS_DFINAL=d_final_state is not None,
+                PRECISION=precision, BT=BT, BK=BK, BV=BV, num_warps=_num_warps(BK, BV))
+            return grads
+
+        grads = fitting_value_block(("backward", BT, BK, BV, L > 0, beta is not None, d_final_state is not None,
+                                     precision), BV, backward_launch)
         return (*_summed_over_value_blocks(grads, inputs), d_initial if has_initial else None, None, None, None)
 
 

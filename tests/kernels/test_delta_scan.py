@@ -56,6 +56,44 @@ def test_triton_block_sizes_agree_with_naive(chunk_size, value_block, monkeypatc
     assert_close_to(run_with_grads(inputs, "triton"), run_with_grads(inputs, "naive"), rtol=1e-4)
 
 
+class RefusingWideValueBlocks:
+    """A kernel whose launches Triton refuses for want of shared memory when the value block exceeds ``limit``
+    (as the GPU does for the L > 0 backward at width 128); narrower ones run the real kernel."""
+
+    def __init__(self, kernel, limit):
+        self.kernel, self.limit, self.tried = kernel, limit, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **options):
+            self.tried.append(options["BV"])
+            if options["BV"] > self.limit:
+                from triton.runtime.errors import OutOfResources
+                raise OutOfResources(262144, 232448, "shared memory")
+            return self.kernel[grid](*args, **options)
+        return launch
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+def test_triton_halves_a_value_block_the_gpu_refuses(monkeypatch):
+    """A refused launch (forward or backward) is retried with half the value block, down to what fits, and
+    the result is still the recurrence's; the fitting block is remembered, so later calls try it first."""
+    from prism_rec.kernels import triton_chunk
+
+    monkeypatch.setattr(triton_chunk, "_FITTING_VALUE_BLOCKS", {})
+    forward = RefusingWideValueBlocks(triton_chunk._forward_kernel, 32)
+    backward = RefusingWideValueBlocks(triton_chunk._backward_kernel, 16)
+    monkeypatch.setattr(triton_chunk, "_forward_kernel", forward)
+    monkeypatch.setattr(triton_chunk, "_backward_kernel", backward)
+    inputs = make_inputs(B=1, T=20, H=1, K=16, V=64, L=2, with_beta=True, with_initial_state=True, seed=5,
+                         device=device_for("triton"))
+    assert_close_to(run_with_grads(inputs, "triton"), run_with_grads(inputs, "naive"), rtol=1e-4)
+    # the automatic block is 32 here (one program: _value_block halves 64); the backward starts at the forward's
+    assert forward.tried == [32] and backward.tried == [32, 16]
+    forward.limit = 16
+    run_with_grads(inputs, "triton")
+    assert forward.tried[1:] == [32, 16] and backward.tried[2:] == [16]
+
+
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
 def test_triton_matches_naive_at_head_width_64():
     """The default tiles at the width of the throughput shapes: chunks of 16, keys and values 64 wide."""
