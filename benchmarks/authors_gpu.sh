@@ -13,12 +13,23 @@
 # files and authors_grid.tgz: authors_grid/ with the whole manifest, the log and this call's new test cases
 # (the device returns 8 files at most); `tar xzf OUT_DIR/authors_grid.tgz -C results` merges it into
 # results/authors_grid, then `prism-rec authors table --from results/authors_grid` writes the report.
+# The grid's runs replay CUDA graphs for their full batches once tests/protocols/test_train.py's GPU tests
+# (-k cuda_graphs: the graphed runs train the eager ones) pass here (carry .whl/pytest); otherwise they train
+# eager (authors grid --eager). OUT_DIR/graphs_check.txt holds the tests' output.
 set -uo pipefail
 out=${1:?usage: benchmarks/authors_gpu.sh OUT_DIR}
 export PROTOCOL=v3 BUDGET=${BUDGET:-240} DATASETS=${DATASETS:-ml-100k}
 export MODELS=${MODELS:-prism-authors,gdn-authors,mamba2-authors,mamba2,transformer++,null}
+. benchmarks/gpu_setup.sh || exit 1
+mkdir -p "$out"
+eager=
+if ! timeout 300 python3 -m pytest -q -p no:cacheprovider tests/protocols/test_train.py -k cuda_graphs \
+    > "$out/graphs_check.txt" 2>&1; then
+    eager=--eager
+fi
+echo "CUDA graphs check: $(tail -n 1 "$out/graphs_check.txt")${eager:+; the grid trains eager}"
 # headline_gpu.sh passes the grid its own --budget (BUDGET less any compile check)
-export AUTHORS_ARGS="--workers ${AUTHORS_WORKERS:-3}"
+export AUTHORS_ARGS="--workers ${AUTHORS_WORKERS:-3} $eager"
 benchmarks/headline_gpu.sh "$out"
 status=$?
 grid=$out/authors_grid

@@ -10,7 +10,7 @@ from prism_rec.errors import OptionError
 from prism_rec.experiments.tuning import RATE_LADDER, TuningGrid
 from prism_rec.files import write_jsonl
 from prism_rec.protocols.authors import grid
-from prism_rec.protocols.authors.design import Design
+from prism_rec.protocols.authors.design import DESIGN_MODELS, Design
 from prism_rec.protocols.authors.report import write_report
 from prism_rec.protocols.authors.train import EarlyStopping, RunConfig, run
 
@@ -164,3 +164,25 @@ def test_the_grid_trains_in_the_designs_priority_order_through_the_campaign(task
         rows.append(record(pending[0][1]))
     assert trained == expected and counts == {"finished": len(expected), "dropped": 0, "failed": 0, "pending": 0}
     assert ("sasrec", 0, 1e-4, "per-backbone") in [(c.model, c.seed, c.lr, c.head_width) for c in trained]
+
+
+def test_cuda_graphs_are_refused_off_cuda(task):
+    with pytest.raises(OptionError, match="CUDA graphs need a CUDA device"):
+        run(task, RunConfig(model="sasrec", **TINY), CPU, log=lambda line: None, graphs=True)
+    assert run(task, RunConfig(model="sasrec", **TINY), CPU, log=lambda line: None)["step"] == "eager"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("model", sorted(set(DESIGN_MODELS) - {"pop"}))
+def test_cuda_graphs_train_the_eager_run(task, model):
+    """Full batches replayed from CUDA graphs give the eager run's curve and test figures (dropout included:
+    the generator is restored after the capture's warm-up)."""
+    config = RunConfig(model=model, seed=1, **{**TINY, "batch_size": 8})
+    cuda = torch.device("cuda")
+    eager = run(task, config, cuda, log=lambda line: None, graphs=False)
+    graphed = run(task, config, cuda, log=lambda line: None, graphs=True)
+    assert (eager["step"], graphed["step"]) == ("eager", "cuda graphs")
+    for eager_epoch, graphed_epoch in zip(eager["curve"], graphed["curve"], strict=True):
+        assert graphed_epoch == pytest.approx(eager_epoch, abs=1e-5)
+    assert graphed["test_full_auc"] == pytest.approx(eager["test_full_auc"], abs=1e-5)
+    assert graphed["test_link_average_precision"] == pytest.approx(eager["test_link_average_precision"], abs=1e-5)

@@ -41,6 +41,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--raw-dir", help="folder of the dataset's raw files (default datasets/raw/<name>)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     parser.add_argument("--threads", default="auto", help="CPU threads: a count, or auto (as prism-rec bench)")
+    parser.add_argument("--eager", action="store_true",
+                        help="train every batch eagerly (default on CUDA: full batches replay CUDA graphs)")
 
 
 def _base_config(args: argparse.Namespace, model: str, head: str) -> RunConfig:
@@ -91,7 +93,8 @@ def command_train(args: argparse.Namespace) -> None:
     config = _base_config(args, check_model(args.model), args.head_width)
     config = RunConfig(**{**config.to_dict(), "seed": args.seed}).check()
     device = _device(args)
-    record = run(load_task(args.dataset, args.min_user_edges, args.raw_dir), config, device)
+    record = run(load_task(args.dataset, args.min_user_edges, args.raw_dir), config, device,
+                 graphs=False if args.eager else None)
     print(describe(record))
     if args.record:
         write_atomically(Path(args.record), json.dumps(record, sort_keys=True))
@@ -125,7 +128,8 @@ def command_grid(args: argparse.Namespace) -> None:
     torch.set_num_threads(threads)  # every run trains with it (grid.GridJob.threads)
     try:
         counts = run_grid(Path(args.out), design, args.budget, min_user_edges=args.min_user_edges,
-                          raw_dir=args.raw_dir, executor=executor)
+                          raw_dir=args.raw_dir, executor=executor,
+                          graphs=False if args.eager else None)
     finally:
         executor.close()
     failed = f"{counts['failed']} failed, " if counts["failed"] else ""

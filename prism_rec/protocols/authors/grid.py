@@ -62,6 +62,7 @@ class GridJob:
     deadline: float
     threads: int
     log_epochs: bool
+    graphs: bool | None = None
 
     @property
     def identity(self) -> str:
@@ -88,7 +89,8 @@ def train_job(job: GridJob) -> dict:
     torch.set_num_threads(job.threads)  # over the executor's own choice
     deadline = None if math.isinf(job.deadline) else time.monotonic() + (job.deadline - time.time())
     record = run(_task(job.dataset, job.min_user_edges, job.raw_dir), RunConfig(**job.config),
-                 resolve_device(job.device), deadline, log=print if job.log_epochs else lambda line: None)
+                 resolve_device(job.device), deadline, log=print if job.log_epochs else lambda line: None,
+                 graphs=job.graphs)
     if record is None:
         return {"status": Status.ABANDONED.value}
     return {"status": Status.FINISHED.value, "record": record}
@@ -129,11 +131,11 @@ class _Priority:
 
 def run_grid(out: Path, design: Design, budget: float | None, device: str = "auto", min_user_edges: int | None = None,
              raw_dir: str | None = None, workers: int = 1, executor: Executor | None = None,
-             log=print) -> dict[str, int]:
+             log=print, graphs: bool | None = None) -> dict[str, int]:
     """Train ``design``'s pending runs into ``out`` within ``budget`` seconds on ``executor`` (default: a local
     pool of ``workers`` processes on ``device``), each with this process's CPU thread count (prism-rec authors
-    grid --threads); counts: finished, dropped (at the budget), failed, pending (runs that could start now,
-    left for the next call)."""
+    grid --threads) and ``graphs`` (train.run's); counts: finished, dropped (at the budget), failed, pending
+    (runs that could start now, left for the next call)."""
     out = Path(out)
     deadline = deadline_after(budget)
     executor = executor or LocalExecutor(workers, device)
@@ -147,7 +149,7 @@ def run_grid(out: Path, design: Design, budget: float | None, device: str = "aut
 
     def job(dataset: str, config: RunConfig) -> GridJob:
         return GridJob(dataset, config.to_dict(), min_user_edges, raw_dir, executor.job_device, deadline, threads,
-                       in_process)
+                       in_process, graphs)
 
     queued = {key for key, _, _ in priority.pending}
 

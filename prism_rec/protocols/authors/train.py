@@ -142,7 +142,44 @@ def batch_negatives(rng: np.random.Generator, items: np.ndarray, n_edges: int, b
     return torch.from_numpy(np.concatenate(draws)).to(device)
 
 
-def train_epoch(scorer: Scorer, optimizer, rng: np.random.Generator, batch_size: int) -> float:
+class PairLoss(nn.Module):
+    """The training step's forward: BCE with logits of a batch's true destinations [B] against its negatives [B]."""
+
+    def __init__(self, scorer: Scorer):
+        super().__init__()
+        self.model = scorer.model      # registered, so that a CUDA graph of this module sees its parameters
+        self.scorer = scorer
+
+    def forward(self, edges: torch.Tensor, negatives: torch.Tensor) -> torch.Tensor:
+        positive, negative = self.scorer.pairs(edges, negatives)
+        logits = torch.cat([positive, negative])
+        labels = torch.cat([torch.ones_like(positive), torch.zeros_like(negative)])
+        return nn.functional.binary_cross_entropy_with_logits(logits, labels)
+
+
+class TrainingLoss:
+    """The loss of a training batch, whose backward gives the parameters' gradients. With ``graphs`` (CUDA) a
+    full batch replays one CUDA graph of the forward and one of the backward (torch.cuda.make_graphed_callables,
+    captured on the first full batch), so a step is a few launches instead of hundreds; a shorter batch (an
+    epoch's last) runs eagerly. The optimizer step stays eager and the CUDA generator's state is restored after
+    the capture's warm-up, so the arithmetic and the dropout draws are those of the eager step."""
+
+    def __init__(self, scorer: Scorer, batch_size: int, graphs: bool):
+        self.module, self.batch_size, self.graphs = PairLoss(scorer), batch_size, graphs
+        self.graphed = None
+
+    def __call__(self, edges: torch.Tensor, negatives: torch.Tensor) -> torch.Tensor:
+        if not (self.graphs and len(edges) == self.batch_size):
+            return self.module(edges, negatives)
+        if self.graphed is None:
+            generator = torch.cuda.get_rng_state(edges.device)
+            self.graphed = torch.cuda.make_graphed_callables(self.module, (edges.clone(), negatives.clone()))
+            torch.cuda.set_rng_state(generator, edges.device)
+        return self.graphed(edges, negatives).clone()  # the graph's output is overwritten by its next replay
+
+
+def train_epoch(scorer: Scorer, optimizer, rng: np.random.Generator, batch_size: int,
+                batch_loss: TrainingLoss) -> float:
     """One pass over the training edges in time order; returns the mean batch loss. Nothing in the loop waits
     for the device: the edges and negatives are there before it starts, the losses are read after it."""
     task, model = scorer.task, scorer.model
@@ -152,10 +189,7 @@ def train_epoch(scorer: Scorer, optimizer, rng: np.random.Generator, batch_size:
     model.train()
     losses = []
     for start in range(0, len(train_edges), batch_size):
-        positive, negative = scorer.pairs(train_edges[start:start + batch_size], negatives[start:start + batch_size])
-        logits = torch.cat([positive, negative])
-        labels = torch.cat([torch.ones_like(positive), torch.zeros_like(negative)])
-        loss = nn.functional.binary_cross_entropy_with_logits(logits, labels)
+        loss = batch_loss(train_edges[start:start + batch_size], negatives[start:start + batch_size])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -214,11 +248,15 @@ class EarlyStopping:
 
 
 def run(task: EdgeTask, config: RunConfig, device: torch.device, deadline: float | None = None,
-        log=print) -> dict | None:
+        log=print, graphs: bool | None = None) -> dict | None:
     """Train and evaluate ``config.model`` on ``task``; the run's record, or None when ``deadline``
-    (time.monotonic) passed before it finished."""
+    (time.monotonic) passed before it finished. ``graphs``: full training batches replay CUDA graphs
+    (``TrainingLoss``; default: on CUDA)."""
     start = time.monotonic()
     config.check()
+    graphs = device.type == "cuda" if graphs is None else graphs
+    if graphs and device.type != "cuda":
+        raise OptionError(f"CUDA graphs need a CUDA device, got {device}")
     deterministic = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(device.type == "cpu" or deterministic)
     try:
@@ -227,8 +265,9 @@ def run(task: EdgeTask, config: RunConfig, device: torch.device, deadline: float
         if scorer.model is not None:
             optimizer = torch.optim.Adam(scorer.model.parameters(), lr=config.lr, weight_decay=0.0)
             rng = np.random.default_rng(config.seed)
+            batch_loss = TrainingLoss(scorer, config.batch_size, graphs)
             for epoch in range(1, config.epochs + 1):
-                loss = train_epoch(scorer, optimizer, rng, config.batch_size)
+                loss = train_epoch(scorer, optimizer, rng, config.batch_size, batch_loss)
                 valid = evaluate_links(scorer, 1, VALID_NEGATIVE_SEED, config.batch_size)
                 curve.append({"epoch": epoch, "train_loss": loss, **{f"valid_{k}": v for k, v in valid.items()}})
                 log(f"{task.name} {config.model} s{config.seed} epoch {epoch}: loss {loss:.4f} "
@@ -242,7 +281,7 @@ def run(task: EdgeTask, config: RunConfig, device: torch.device, deadline: float
                   "task": task.stats, "curve": curve, "best_epoch": stopper.best_epoch, "epochs": len(curve),
                   "n_parameters": sum(p.numel() for p in scorer.model.parameters()) if scorer.model else 0,
                   "width": scorer.model.scorer.width if scorer.model else 0, "n_items": len(task.items),
-                  "device": str(device)}
+                  "device": str(device), "step": "cuda graphs" if graphs and scorer.model else "eager"}
         for part, name, seed in ((1, "valid", VALID_NEGATIVE_SEED), (2, "test", TEST_NEGATIVE_SEED)):
             links = evaluate_links(scorer, part, seed, config.batch_size)
             above, ties = evaluate_retrieval(scorer, part, config.batch_size)
