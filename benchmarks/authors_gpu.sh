@@ -14,8 +14,9 @@
 # (the device returns 8 files at most); `tar xzf OUT_DIR/authors_grid.tgz -C results` merges it into
 # results/authors_grid, then `prism-rec authors table --from results/authors_grid` writes the report.
 # The grid's runs replay CUDA graphs for their full batches once tests/protocols/test_train.py's GPU tests
-# (-k cuda_graphs: the graphed runs train the eager ones) pass here (carry .whl/pytest); otherwise they train
-# eager (authors grid --eager). OUT_DIR/graphs_check.txt holds the tests' output.
+# (-k cuda_graphs: the graphed runs train the eager ones) pass here (the machine's own pytest); otherwise they
+# train eager (authors grid --eager), or with GRAPHS_OR_STOP=1 the call ends there. OUT_DIR/graphs_check.txt
+# holds the tests' output.
 set -uo pipefail
 out=${1:?usage: benchmarks/authors_gpu.sh OUT_DIR}
 export PROTOCOL=v3 BUDGET=${BUDGET:-240} DATASETS=${DATASETS:-ml-100k}
@@ -26,6 +27,7 @@ eager=
 if ! timeout 300 python3 -m pytest -q -p no:cacheprovider tests/protocols/test_train.py -k cuda_graphs \
     > "$out/graphs_check.txt" 2>&1; then
     eager=--eager
+    if [ "${GRAPHS_OR_STOP:-0}" = 1 ]; then tail -n 40 "$out/graphs_check.txt"; exit 1; fi
 fi
 echo "CUDA graphs check: $(tail -n 1 "$out/graphs_check.txt")${eager:+; the grid trains eager}"
 # headline_gpu.sh passes the grid its own --budget (BUDGET less any compile check)
