@@ -165,15 +165,17 @@ class TrainingLoss:
     the capture's warm-up, so the arithmetic and the dropout draws are those of the eager step."""
 
     def __init__(self, scorer: Scorer, batch_size: int, graphs: bool):
-        self.module, self.batch_size, self.graphs = PairLoss(scorer), batch_size, graphs
+        self.eager, self.batch_size, self.graphs = PairLoss(scorer), batch_size, graphs
         self.graphed = None
 
     def __call__(self, edges: torch.Tensor, negatives: torch.Tensor) -> torch.Tensor:
         if not (self.graphs and len(edges) == self.batch_size):
-            return self.module(edges, negatives)
+            return self.eager(edges, negatives)
         if self.graphed is None:
+            # a second module over the same parameters: make_graphed_callables replaces its forward
             generator = torch.cuda.get_rng_state(edges.device)
-            self.graphed = torch.cuda.make_graphed_callables(self.module, (edges.clone(), negatives.clone()))
+            self.graphed = torch.cuda.make_graphed_callables(PairLoss(self.eager.scorer),
+                                                             (edges.clone(), negatives.clone()))
             torch.cuda.set_rng_state(generator, edges.device)
         return self.graphed(edges, negatives).clone()  # the graph's output is overwritten by its next replay
 
