@@ -15,25 +15,44 @@
 # results/authors_grid, then `prism-rec authors table --from results/authors_grid` writes the report.
 # The grid's runs replay CUDA graphs for their full batches once tests/protocols/test_train.py's GPU tests
 # (-k cuda_graphs: the graphed runs train the eager ones) pass here (the machine's own pytest); otherwise they
-# train eager (authors grid --eager), or with GRAPHS_OR_STOP=1 the call ends there. OUT_DIR/graphs_check.txt
-# holds the tests' output.
+# train eager (authors grid --eager), or with GRAPHS_OR_STOP=1 the call ends there. With GRAPHS_CHECK=beside
+# the tests run beside the grids instead of before them (their minutes are not taken from the call) and the
+# grid trains graphed; if they fail, the archive is named authors_grid.unchecked.tgz (not to be merged) and
+# the call exits 1. OUT_DIR/graphs_check.txt holds the tests' output.
 set -uo pipefail
 out=${1:?usage: benchmarks/authors_gpu.sh OUT_DIR}
 export PROTOCOL=v3 BUDGET=${BUDGET:-240} DATASETS=${DATASETS:-ml-100k}
 export MODELS=${MODELS:-prism-authors,gdn-authors,mamba2-authors,mamba2,transformer++,null}
 . benchmarks/gpu_setup.sh || exit 1
 mkdir -p "$out"
-eager=
-if ! timeout 300 python3 -m pytest -q -p no:cacheprovider tests/protocols/test_train.py -k cuda_graphs \
-    > "$out/graphs_check.txt" 2>&1; then
+graphs_check() {
+    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/protocols/test_train.py -k cuda_graphs \
+        > "$out/graphs_check.txt" 2>&1
+}
+eager= check_pid= archive=authors_grid.tgz
+if [ "${GRAPHS_CHECK:-first}" = beside ]; then
+    graphs_check &
+    check_pid=$!
+elif ! graphs_check; then
     eager=--eager
     if [ "${GRAPHS_OR_STOP:-0}" = 1 ]; then tail -n 40 "$out/graphs_check.txt"; exit 1; fi
 fi
-echo "CUDA graphs check: $(tail -n 1 "$out/graphs_check.txt")${eager:+; the grid trains eager}"
+if [ -z "$check_pid" ]; then
+    echo "CUDA graphs check: $(tail -n 1 "$out/graphs_check.txt")${eager:+; the grid trains eager}"
+fi
 # headline_gpu.sh passes the grid its own --budget (BUDGET less any compile check)
 export AUTHORS_ARGS="--workers ${AUTHORS_WORKERS:-3} $eager"
 benchmarks/headline_gpu.sh "$out"
 status=$?
+if [ -n "$check_pid" ]; then
+    if wait "$check_pid"; then
+        echo "CUDA graphs check (beside the grid): $(tail -n 1 "$out/graphs_check.txt")"
+    else
+        archive=authors_grid.unchecked.tgz status=1
+        echo "CUDA graphs check (beside the grid) FAILED: $(tail -n 1 "$out/graphs_check.txt"); this call's" \
+            "graphed authors runs go to $archive, not to be merged"
+    fi
+fi
 grid=$out/authors_grid
 if [ -f "$grid/manifest.jsonl" ]; then
     new=()
@@ -41,9 +60,9 @@ if [ -f "$grid/manifest.jsonl" ]; then
         if [ -f "$file" ] && [ ! -f "results/authors_grid/cases/${file##*/}" ]; then new+=("cases/${file##*/}"); fi
     done
     # the folder goes only once its archive is complete (the device returns at most 8 files)
-    if tar czf "$out/authors_grid.tgz.tmp" -C "$out" authors_grid/manifest.jsonl authors_grid/authors_log.txt \
-        "${new[@]/#/authors_grid/}" && mv "$out/authors_grid.tgz.tmp" "$out/authors_grid.tgz"; then
-        echo "authors grid: ${#new[@]} new runs in $out/authors_grid.tgz"
+    if tar czf "$out/$archive.tmp" -C "$out" authors_grid/manifest.jsonl authors_grid/authors_log.txt \
+        "${new[@]/#/authors_grid/}" && mv "$out/$archive.tmp" "$out/$archive"; then
+        echo "authors grid: ${#new[@]} new runs in $out/$archive"
         rm -rf "$grid"
     else
         echo "authors grid: packing failed; $grid left as it is"

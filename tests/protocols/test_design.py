@@ -60,9 +60,22 @@ def test_rows_of_other_settings_are_not_this_designs():
 
 def test_the_expected_time_is_the_models_mean_else_the_slowest_models():
     rows = [row("sasrec", 1e-3, wall=10.0), row("sasrec", 1e-2, wall=20.0), row("null", 1e-3, wall=4.0)]
-    assert expected_seconds(rows, "tiny", "sasrec") == pytest.approx(15.0)
-    assert expected_seconds(rows, "tiny", "prism") == pytest.approx(15.0)
-    assert expected_seconds(rows, "other", "prism") is None
+    assert expected_seconds(rows, "tiny", "sasrec", "eager") == pytest.approx(15.0)
+    assert expected_seconds(rows, "tiny", "prism", "eager") == pytest.approx(15.0)
+    assert expected_seconds(rows, "other", "prism", "eager") is None
+
+
+def test_a_runs_expected_time_is_that_of_its_models_runs_with_the_same_step():
+    def row(model, seconds, step=None):
+        return {"dataset": "d", "config": {"model": model}, "wall_seconds": seconds,
+                **({"step": step} if step else {})}
+
+    rows = [row("a", 400.0), row("a", 300.0, "eager"), row("a", 60.0, "cuda graphs"), row("b", 900.0)]
+    assert expected_seconds(rows, "d", "a", "cuda graphs") == 60.0
+    assert expected_seconds(rows, "d", "a", "eager") == 350.0     # records without a step were eager
+    assert expected_seconds(rows, "d", "b", "cuda graphs") == 900.0  # no graphed run of b: all of b's
+    assert expected_seconds(rows, "d", "c", "eager") == 900.0       # no run of c: the slowest model's
+    assert expected_seconds(rows, "e", "a", "eager") is None
 
 
 def test_a_preset_trains_every_seed_at_its_bases_chosen_rate_and_runs_no_grid():

@@ -8,8 +8,9 @@ atomically. A run whose settings are already in the manifest is not trained agai
 continues an interrupted or budgeted grid. After every finished run the design is asked again which runs
 can start (a finished rate grid releases its other seeds); the campaign holds every run that can, and a
 free worker takes the first of them in the design's priority order that is expected to end in time
-(``_Priority``), by the mean time of the manifest's runs of its model (else of the slowest model with
-runs; a first run ever starts unestimated). A run still training when the budget ends stops at the end of
+(``_Priority``), by the mean time of the manifest's runs of its model with the same step (eager or CUDA
+graphs; else of all its runs, else of the slowest model with runs; a first run ever starts unestimated).
+A run still training when the budget ends stops at the end of
 its epoch and is dropped (abandoned), to be trained again by the next call; a run that fails is reported
 and left for the next call. Each worker process reads the edge tasks once (``_task``; on a Dask cluster
 the raw files must be at ``raw_dir``, or the default folder, on every worker).
@@ -36,13 +37,18 @@ from .train import RunConfig, describe, run
 MANIFEST = "manifest.jsonl"
 
 
-def expected_seconds(rows: list[dict], dataset: str, model: str) -> float | None:
-    """The mean wall time of ``model``'s runs on ``dataset`` in ``rows``, else that of the slowest model
-    with runs there; None without any."""
+def expected_seconds(rows: list[dict], dataset: str, model: str, step: str) -> float | None:
+    """The mean wall time of ``model``'s runs on ``dataset`` in ``rows`` that trained with ``step`` (a
+    record's "step": "eager" or "cuda graphs"; records before it were eager), else of all its runs, else that
+    of the slowest model with runs there; None without any."""
     times: dict[str, list[float]] = {}
     for row in rows:
         if row["dataset"] == dataset:
             times.setdefault(row["config"]["model"], []).append(row["wall_seconds"])
+    same_step = [row["wall_seconds"] for row in rows if row["dataset"] == dataset
+                 and row["config"]["model"] == model and row.get("step", "eager") == step]
+    if same_step:
+        return float(np.mean(same_step))
     if model in times:
         return float(np.mean(times[model]))
     return max((float(np.mean(values)) for values in times.values()), default=None)
@@ -101,8 +107,8 @@ class _Priority:
     yet started that is expected to end by the deadline, and counts it as started (the campaign gets no
     ``expected_seconds``, so the run it accepts is the run that starts)."""
 
-    def __init__(self, design: Design, manifest: Manifest, deadline: float):
-        self.design, self.manifest, self.deadline = design, manifest, deadline
+    def __init__(self, design: Design, manifest: Manifest, deadline: float, step: str):
+        self.design, self.manifest, self.deadline, self.step = design, manifest, deadline, step
         self.started: set[str] = set()
         self.pending: list[tuple[str, str, RunConfig]] = []
         self.expected: dict[tuple[str, str], float | None] = {}
@@ -113,7 +119,7 @@ class _Priority:
         rows = self.manifest.entries
         self.pending = [(identity(dataset, config.to_dict()), dataset, config)
                         for dataset, config in self.design.pending(rows)]
-        self.expected = {(dataset, config.model): expected_seconds(rows, dataset, config.model)
+        self.expected = {(dataset, config.model): expected_seconds(rows, dataset, config.model, self.step)
                          for _, dataset, config in self.pending}
 
     def _fits(self, dataset: str, config: RunConfig) -> bool:
@@ -143,7 +149,8 @@ def run_grid(out: Path, design: Design, budget: float | None, device: str = "aut
     for dataset in design.datasets:  # refusals before any run; the runs of this process read these
         _task(dataset, min_user_edges, raw_dir)
     manifest = Manifest(out / MANIFEST, key=lambda row: identity(row["dataset"], row["config"]))
-    priority = _Priority(design, manifest, deadline)
+    cuda = executor.job_device.startswith("cuda") or executor.job_device == "auto" and torch.cuda.is_available()
+    priority = _Priority(design, manifest, deadline, "cuda graphs" if cuda and graphs is not False else "eager")
     in_process = isinstance(executor, LocalExecutor) and executor.workers == 1
     threads = torch.get_num_threads()
 
