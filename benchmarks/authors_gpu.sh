@@ -18,7 +18,9 @@
 # train eager (authors grid --eager), or with GRAPHS_OR_STOP=1 the call ends there. With GRAPHS_CHECK=beside
 # the tests run beside the grids instead of before them (their minutes are not taken from the call) and the
 # grid trains graphed; if they fail, the archive is named authors_grid.unchecked.tgz (not to be merged) and
-# the call exits 1. OUT_DIR/graphs_check.txt holds the tests' output.
+# the call exits 1. OUT_DIR/graphs_check.txt holds the tests' output. STEP_MODELS=a,b,... also times each of
+# those models' authors step, eager and graphed (benchmarks/authors_step.py, one process per model so that a
+# crash loses only its own row), beside the grids; OUT_DIR/authors_step.txt holds their rows and errors.
 set -uo pipefail
 out=${1:?usage: benchmarks/authors_gpu.sh OUT_DIR}
 export PROTOCOL=v3 BUDGET=${BUDGET:-240} DATASETS=${DATASETS:-ml-100k}
@@ -37,6 +39,15 @@ elif ! graphs_check; then
     eager=--eager
     if [ "${GRAPHS_OR_STOP:-0}" = 1 ]; then tail -n 40 "$out/graphs_check.txt"; exit 1; fi
 fi
+step_pid=
+if [ -n "${STEP_MODELS:-}" ]; then
+    (for model in ${STEP_MODELS//,/ }; do
+        echo "== $model"
+        timeout 240 python3 benchmarks/authors_step.py --models "$model" --out "/tmp/authors_step_$model.md" \
+            --neighbours-processes "$((${WORKERS:-12} + ${AUTHORS_WORKERS:-3}))" 2>&1 | grep -v UserWarning | tail -n 12
+    done) > "$out/authors_step.txt" 2>&1 &
+    step_pid=$!
+fi
 if [ -z "$check_pid" ]; then
     echo "CUDA graphs check: $(tail -n 1 "$out/graphs_check.txt")${eager:+; the grid trains eager}"
 fi
@@ -44,6 +55,7 @@ fi
 export AUTHORS_ARGS="--workers ${AUTHORS_WORKERS:-3} $eager"
 benchmarks/headline_gpu.sh "$out"
 status=$?
+if [ -n "$step_pid" ]; then wait "$step_pid"; fi
 if [ -n "$check_pid" ]; then
     if wait "$check_pid"; then
         echo "CUDA graphs check (beside the grid): $(tail -n 1 "$out/graphs_check.txt")"

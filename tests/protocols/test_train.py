@@ -12,7 +12,7 @@ from prism_rec.files import write_jsonl
 from prism_rec.protocols.authors import grid
 from prism_rec.protocols.authors.design import DESIGN_MODELS, Design
 from prism_rec.protocols.authors.report import write_report
-from prism_rec.protocols.authors.train import EarlyStopping, RunConfig, run
+from prism_rec.protocols.authors.train import GRAPHED_MODELS, EarlyStopping, RunConfig, run, step_kind
 
 TINY = dict(epochs=2, batch_size=16, n_neighbours=3, channel=4, n_heads=1)
 CPU = torch.device("cpu")
@@ -172,8 +172,18 @@ def test_cuda_graphs_are_refused_off_cuda(task):
     assert run(task, RunConfig(model="sasrec", **TINY), CPU, log=lambda line: None)["step"] == "eager"
 
 
+def test_only_the_checked_models_replay_cuda_graphs_by_default():
+    assert set(DESIGN_MODELS) > GRAPHED_MODELS
+    for model in DESIGN_MODELS:
+        graphed = model in GRAPHED_MODELS
+        assert step_kind(model, "cuda") == ("cuda graphs" if graphed else "eager")
+        assert step_kind(model, "cpu") == "eager"
+        assert step_kind(model, "cuda", graphs=False) == "eager"
+        assert step_kind(model, "cuda", graphs=True) == ("eager" if model == "pop" else "cuda graphs")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-@pytest.mark.parametrize("model", sorted(set(DESIGN_MODELS) - {"pop"}))
+@pytest.mark.parametrize("model", sorted(GRAPHED_MODELS))
 def test_cuda_graphs_train_the_eager_run(task, model):
     """Full batches replayed from CUDA graphs give the eager run's curve and test figures (dropout included:
     the generator is restored after the capture's warm-up)."""

@@ -25,7 +25,7 @@ from .grid import run_grid
 from .model import check_model, head_width
 from .next_item import NEXT_ITEM_MANIFESTS
 from .report import REPORT, write_report
-from .train import RunConfig, describe, run
+from .train import GRAPHED_MODELS, RunConfig, describe, run
 
 DEFAULTS = RunConfig(model="sasrec")
 
@@ -42,7 +42,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     parser.add_argument("--threads", default="auto", help="CPU threads: a count, or auto (as prism-rec bench)")
     parser.add_argument("--eager", action="store_true",
-                        help="train every batch eagerly (default on CUDA: full batches replay CUDA graphs)")
+                        help="train every batch eagerly (default on CUDA: the full batches of "
+                             f"{', '.join(sorted(GRAPHED_MODELS))} replay CUDA graphs)")
 
 
 def _base_config(args: argparse.Namespace, model: str, head: str) -> RunConfig:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from ...files import write_atomically
 from ...training.devices import resolve_device
 from .data import EdgeTask, load_task
 from .design import Design, identity, run_key
-from .train import RunConfig, describe, run
+from .train import RunConfig, describe, run, step_kind
 
 MANIFEST = "manifest.jsonl"
 
@@ -107,7 +108,7 @@ class _Priority:
     yet started that is expected to end by the deadline, and counts it as started (the campaign gets no
     ``expected_seconds``, so the run it accepts is the run that starts)."""
 
-    def __init__(self, design: Design, manifest: Manifest, deadline: float, step: str):
+    def __init__(self, design: Design, manifest: Manifest, deadline: float, step: Callable[[str], str]):
         self.design, self.manifest, self.deadline, self.step = design, manifest, deadline, step
         self.started: set[str] = set()
         self.pending: list[tuple[str, str, RunConfig]] = []
@@ -119,7 +120,7 @@ class _Priority:
         rows = self.manifest.entries
         self.pending = [(identity(dataset, config.to_dict()), dataset, config)
                         for dataset, config in self.design.pending(rows)]
-        self.expected = {(dataset, config.model): expected_seconds(rows, dataset, config.model, self.step)
+        self.expected = {(dataset, config.model): expected_seconds(rows, dataset, config.model, self.step(config.model))
                          for _, dataset, config in self.pending}
 
     def _fits(self, dataset: str, config: RunConfig) -> bool:
@@ -150,7 +151,7 @@ def run_grid(out: Path, design: Design, budget: float | None, device: str = "aut
         _task(dataset, min_user_edges, raw_dir)
     manifest = Manifest(out / MANIFEST, key=lambda row: identity(row["dataset"], row["config"]))
     cuda = executor.job_device.startswith("cuda") or executor.job_device == "auto" and torch.cuda.is_available()
-    priority = _Priority(design, manifest, deadline, "cuda graphs" if cuda and graphs is not False else "eager")
+    priority = _Priority(design, manifest, deadline, lambda model: step_kind(model, "cuda" if cuda else "cpu", graphs))
     in_process = isinstance(executor, LocalExecutor) and executor.workers == 1
     threads = torch.get_num_threads()
 
