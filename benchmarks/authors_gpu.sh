@@ -43,7 +43,7 @@ step_pid=
 if [ -n "${STEP_MODELS:-}" ]; then
     (for model in ${STEP_MODELS//,/ }; do
         echo "== $model"
-        timeout 240 python3 benchmarks/authors_step.py --models "$model" --out "/tmp/authors_step_$model.md" \
+        timeout 150 python3 benchmarks/authors_step.py --models "$model" --out "/tmp/authors_step_$model.md" \
             --neighbours-processes "$((${WORKERS:-12} + ${AUTHORS_WORKERS:-3}))" 2>&1 | grep -v UserWarning | tail -n 12
     done) > "$out/authors_step.txt" 2>&1 &
     step_pid=$!
