@@ -21,6 +21,8 @@
 # the call exits 1. OUT_DIR/graphs_check.txt holds the tests' output. STEP_MODELS=a,b,... also times each of
 # those models' authors step, eager and graphed (benchmarks/authors_step.py, one process per model so that a
 # crash loses only its own row), beside the grids; OUT_DIR/authors_step.txt holds their rows and errors.
+# AUTHORS_MODELS=a,b,... narrows the authors grid to those models (authors grid --models). BESIDE="COMMAND"
+# runs COMMAND beside the grids (a diagnosis, say); OUT_DIR/beside.txt holds its output.
 set -uo pipefail
 out=${1:?usage: benchmarks/authors_gpu.sh OUT_DIR}
 export PROTOCOL=v3 BUDGET=${BUDGET:-240} DATASETS=${DATASETS:-ml-100k}
@@ -39,6 +41,11 @@ elif ! graphs_check; then
     eager=--eager
     if [ "${GRAPHS_OR_STOP:-0}" = 1 ]; then tail -n 40 "$out/graphs_check.txt"; exit 1; fi
 fi
+beside_pid=
+if [ -n "${BESIDE:-}" ]; then
+    bash -c "$BESIDE" > "$out/beside.txt" 2>&1 &
+    beside_pid=$!
+fi
 step_pid=
 if [ -n "${STEP_MODELS:-}" ]; then
     (for model in ${STEP_MODELS//,/ }; do
@@ -52,10 +59,10 @@ if [ -z "$check_pid" ]; then
     echo "CUDA graphs check: $(tail -n 1 "$out/graphs_check.txt")${eager:+; the grid trains eager}"
 fi
 # headline_gpu.sh passes the grid its own --budget (BUDGET less any compile check)
-export AUTHORS_ARGS="--workers ${AUTHORS_WORKERS:-3} $eager"
+export AUTHORS_ARGS="--workers ${AUTHORS_WORKERS:-3} $eager ${AUTHORS_MODELS:+--models $AUTHORS_MODELS}"
 benchmarks/headline_gpu.sh "$out"
 status=$?
-if [ -n "$step_pid" ]; then wait "$step_pid"; fi
+for pid in $step_pid $beside_pid; do wait "$pid"; done
 if [ -n "$check_pid" ]; then
     if wait "$check_pid"; then
         echo "CUDA graphs check (beside the grid): $(tail -n 1 "$out/graphs_check.txt")"

@@ -72,9 +72,10 @@ def test_a_runs_expected_time_is_that_of_its_models_runs_with_the_same_step():
 
     rows = [row("a", 400.0), row("a", 300.0, "eager"), row("a", 60.0, "cuda graphs"), row("b", 900.0)]
     assert expected_seconds(rows, "d", "a", "cuda graphs") == 60.0
-    assert expected_seconds(rows, "d", "a", "eager") == 350.0     # records without a step were eager
-    assert expected_seconds(rows, "d", "b", "cuda graphs") == 900.0  # no graphed run of b: all of b's
-    assert expected_seconds(rows, "d", "c", "eager") == 900.0       # no run of c: the slowest model's
+    assert expected_seconds(rows, "d", "a", "eager") == 350.0       # records without a step were eager
+    assert expected_seconds(rows, "d", "b", "cuda graphs") is None  # b's eager times do not tell
+    assert expected_seconds(rows, "d", "c", "eager") == 900.0       # no run of c: the slowest eager model's
+    assert expected_seconds(rows, "d", "c", "cuda graphs") == 60.0  # ... or graphed one's
     assert expected_seconds(rows, "e", "a", "eager") is None
 
 

@@ -9,7 +9,7 @@ continues an interrupted or budgeted grid. After every finished run the design i
 can start (a finished rate grid releases its other seeds); the campaign holds every run that can, and a
 free worker takes the first of them in the design's priority order that is expected to end in time
 (``_Priority``), by the mean time of the manifest's runs of its model with the same step (eager or CUDA
-graphs; else of all its runs, else of the slowest model with runs; a first run ever starts unestimated).
+graphs; ``expected_seconds``); a run without such an estimate starts unestimated.
 A run still training when the budget ends stops at the end of
 its epoch and is dropped (abandoned), to be trained again by the next call; a run that fails is reported
 and left for the next call. Each worker process reads the edge tasks once (``_task``; on a Dask cluster
@@ -40,18 +40,18 @@ MANIFEST = "manifest.jsonl"
 
 def expected_seconds(rows: list[dict], dataset: str, model: str, step: str) -> float | None:
     """The mean wall time of ``model``'s runs on ``dataset`` in ``rows`` that trained with ``step`` (a
-    record's "step": "eager" or "cuda graphs"; records before it were eager), else of all its runs, else that
-    of the slowest model with runs there; None without any."""
+    record's "step": "eager" or "cuda graphs"; records before it were eager); None when the model has runs
+    there only with the other step (their times do not tell: graphs speed the step up 2-8x,
+    results/authors_step.md); for a model without runs there, that of the slowest model with runs of
+    ``step``; None without any."""
     times: dict[str, list[float]] = {}
     for row in rows:
-        if row["dataset"] == dataset:
+        if row["dataset"] == dataset and row.get("step", "eager") == step:
             times.setdefault(row["config"]["model"], []).append(row["wall_seconds"])
-    same_step = [row["wall_seconds"] for row in rows if row["dataset"] == dataset
-                 and row["config"]["model"] == model and row.get("step", "eager") == step]
-    if same_step:
-        return float(np.mean(same_step))
     if model in times:
         return float(np.mean(times[model]))
+    if any(row["dataset"] == dataset and row["config"]["model"] == model for row in rows):
+        return None
     return max((float(np.mean(values)) for values in times.values()), default=None)
 
 
