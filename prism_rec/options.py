@@ -31,6 +31,23 @@ NUMBER_RANGES = {
 }
 
 
+ON_WORDS = ("on", "true", "1", "yes")
+OFF_WORDS = ("off", "false", "0", "no")
+
+
+def parse_on_off(value, name: str) -> bool:
+    """True or False (or 1 or 0) as given; a word of ``ON_WORDS`` or ``OFF_WORDS`` (any case) as True or False;
+    anything else raises :class:`OptionError` naming ``name`` (the option, e.g. "--set exclude_history")."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in ON_WORDS or text in OFF_WORDS:
+        return text in ON_WORDS
+    raise OptionError(f"option {name}: {value!r} is not on or off (one of {', '.join(ON_WORDS + OFF_WORDS)})")
+
+
 def resolve_models(text: str, option: str = "--models") -> list[str]:
     """'all' -> every registered backbone; 'a,b' -> ['a', 'b'] when both are registered or name RecBole
     models ("recbole:<Model>", which bench checks against the bridge), else an error naming ``option``."""

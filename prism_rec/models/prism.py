@@ -40,24 +40,11 @@ from torch import nn
 
 from prism_rec.models.gated_deltanet import GatedDeltaNet, GatedDeltaNetLayer
 from prism_rec.models.nn import ShortConv, l2norm
+from prism_rec.options import parse_on_off
 from prism_rec.registry import register_backbone
 
 NONLINEARITIES = ("gelu", "identity")
 VARIANTS = ("canonical", "paper-eq18")
-
-
-def parse_on_off(value, name: str) -> bool:
-    """Accept True/False or "on"/"off" (and "true"/"false", "1"/"0") for an on/off option."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int,)) and value in (0, 1):
-        return bool(value)
-    text = str(value).strip().lower()
-    if text in ("on", "true", "1", "yes"):
-        return True
-    if text in ("off", "false", "0", "no"):
-        return False
-    raise ValueError(f"{name} must be on or off, got {value!r}")
 
 
 class PrismLayer(GatedDeltaNetLayer):

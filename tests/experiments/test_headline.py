@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from prism_rec.cli import main
+from prism_rec.errors import OptionError
 from prism_rec.experiments.campaign import Status, merge_manifests
 from prism_rec.experiments.headline import driver, protocol
 from prism_rec.experiments.jobs import WorkerDevices, gpu_sharing, run_jobs
@@ -182,10 +183,45 @@ def test_set_overrides_are_checked_and_named():
     assert driver.parse_overrides(["epochs=3", "precision=fp32"]) == {"epochs": 3, "precision": "fp32"}
     with pytest.raises(ValueError, match="option --set: precision: 'fp16' is not one of"):
         driver.parse_overrides(["precision=fp16"])
-    with pytest.raises(ValueError, match="option --set 'epochs=x': 'x' is not a int"):
+    with pytest.raises(ValueError, match="option --set 'epochs=x': 'x' is not an integer"):
         driver.parse_overrides(["epochs=x"])
     with pytest.raises(ValueError, match="option --set 'seed=1': 'seed' is not one of"):
         driver.parse_overrides(["seed=1"])
+
+
+def test_set_converts_each_value_by_its_fields_type():
+    got = driver.parse_overrides(["batch_size=32", "dropout=0.25", "cutoffs=5,20,50", "loss=sampled",
+                                  "exclude_history=on"])
+    assert got == {"batch_size": 32, "dropout": 0.25, "cutoffs": (5, 20, 50), "loss": "sampled",
+                   "exclude_history": True}
+    assert [type(got[key]) for key in ("batch_size", "dropout", "exclude_history")] == [int, float, bool]
+    assert all(type(k) is int for k in got["cutoffs"])
+
+
+@pytest.mark.parametrize("word, meaning", [("off", False), ("OFF", False), ("false", False), ("0", False),
+                                           ("no", False), ("on", True), ("True", True), ("1", True), ("yes", True)])
+def test_set_reads_a_switch_as_on_or_off(word, meaning):
+    # the old bug: bool("off") is True, so --set exclude_history=off ranked against the history's items removed
+    assert driver.parse_overrides([f"exclude_history={word}"]) == {"exclude_history": meaning}
+
+
+@pytest.mark.parametrize("pair, message", [
+    ("exclude_history=maybe", "option --set exclude_history: 'maybe' is not on or off \\(one of on, true, 1, yes, "
+                              "off, false, 0, no\\)"),
+    ("exclude_history=", "option --set exclude_history: '' is not on or off"),
+    ("cutoffs=5,x", "option --set 'cutoffs=5,x': '5,x' is not a comma list of integers"),
+    ("cutoffs=5,0", r"option --set: cutoffs: every cutoff must be an integer >= 1, got \[5, 0\]"),
+    ("dropout=high", "option --set 'dropout=high': 'high' is not a number"),
+    ("dropout=nan", r"option --set: dropout: must be a finite number in \[0, 1\], got nan"),
+    ("epochs=0", r"option --set: epochs: must be an integer in \[1, 1000000\], got 0"),
+    ("epochs", "option --set 'epochs': expected KEY=VALUE"),
+    ("progress=off", "option --set 'progress=off': 'progress' is not one of d_model, n_layers, "),
+    ("colour=red", "option --set 'colour=red': 'colour' is not one of d_model, n_layers, .*exclude_history, "
+                   "sampled$"),
+])
+def test_set_refuses_a_bad_pair_naming_it(pair, message):
+    with pytest.raises(OptionError, match=message):
+        driver.parse_overrides([pair])
 
 
 def test_a_cuda_index_beyond_the_machine_is_refused(monkeypatch):

@@ -7,6 +7,8 @@ import sqlite3
 import pytest
 
 from prism_rec.cli import main
+from prism_rec.errors import OptionError
+from prism_rec.options import parse_on_off
 from prism_rec.tracking import store as tracking_store
 
 BAD = [
@@ -34,6 +36,8 @@ BAD = [
     ("probe --models sasrec,sasrec", "option --models: sasrec listed twice"),
     ("headline run --out {tmp}/h --budget nan", "option --budget: must be a finite number in (0, 1e+09], got nan"),
     ("headline run --out {tmp}/h --seeds 0", "option --seeds: a count in [1, 10000], got 0"),
+    ("headline run --out {tmp}/h --set exclude_history=maybe", "option --set exclude_history: 'maybe' is not on"),
+    ("headline run --out {tmp}/h --set cutoffs=10,x", "option --set 'cutoffs=10,x': '10,x' is not a comma list"),
     ("throughput --steps 0", "option --steps: must be an integer in [1, 1000000000], got 0"),
     ("throughput --total-budget -5", "option --total-budget: must be a finite number in (0, 1e+09], got -5.0"),
     ("throughput --device cuda:x", "option --device: 'cuda:x' is not a usable device"),
@@ -96,3 +100,13 @@ def test_probe_with_the_default_device_runs_on_the_cpu(store, capsys):
     main(["probe", "--tasks", "parity", "--models", "sasrec", "--seeds", "1", "--steps", "2", "--eval-size", "16",
           "--batch-size", "4", "--seq-len", "8", "--out", str(store / "probes"), "--no-mlflow"])
     assert "--device auto" in capsys.readouterr().out and (store / "probes" / "probes.md").is_file()
+
+
+def test_on_off_reads_the_words_and_flags_and_refuses_the_rest():
+    words = {"on": True, "ON": True, " yes ": True, "true": True, "1": True,
+             "off": False, "Off": False, "no": False, "false": False, "0": False}
+    assert {word: parse_on_off(word, "--x") for word in words} == words
+    assert [parse_on_off(value, "--x") for value in (True, False, 1, 0)] == [True, False, True, False]
+    for value in ("maybe", "", 2, None, "offf"):
+        with pytest.raises(OptionError, match=f"option --gain: {value!r} is not on or off"):
+            parse_on_off(value, "--gain")

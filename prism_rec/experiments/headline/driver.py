@@ -33,10 +33,12 @@ manifest and case-ranks files alone (headline/report/), never from the store.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import statistics
 import sys
 import time
+import typing
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +47,7 @@ from ... import registry
 from ...data.sources import load_dataset
 from ...errors import OptionError
 from ...files import read_jsonl, write_jsonl
-from ...options import resolve_models
+from ...options import check_ranges, parse_on_off, resolve_models
 from ...paths import RESULTS_DIR
 from ...tracking.records import RECORDS_SUFFIX, append_jsonl, make_record, run_hash
 from ...tracking.runs import import_records
@@ -428,22 +430,33 @@ def run_headline(datasets: list[str], models: list[str], seeds: list[int], out_d
 
 
 def parse_overrides(pairs: list[str]) -> dict:
-    """``--set KEY=VALUE`` pairs as TrainConfig values of the field's type."""
-    allowed = [name for name in TrainConfig.__dataclass_fields__
-               if name not in ("seed", "device", "progress", "backbone_options", "lr")]  # rates: --lr-grid
-    defaults, overrides = TrainConfig(), {}
+    """``--set KEY=VALUE`` pairs as TrainConfig values of the type of KEY's field: a bool by
+    ``options.parse_on_off``, an int, a float, the cutoffs by ``training.config.parse_cutoffs``, a str as given;
+    then checked as a run's settings. Raises :class:`OptionError` naming the pair or the key."""
+    fields = {field.name: field for field in dataclasses.fields(TrainConfig)
+              if field.name not in ("seed", "device", "progress", "backbone_options", "lr")}  # rates: --lr-grid
+    types = typing.get_type_hints(TrainConfig)
+    overrides = {}
     for pair in pairs:
-        key, _, text = pair.partition("=")
-        if key not in allowed:
-            raise OptionError(f"option --set {pair!r}: {key!r} is not one of {', '.join(allowed)}")
-        kind = type(getattr(defaults, key))
+        key, equals, text = pair.partition("=")
+        if not equals:
+            raise OptionError(f"option --set {pair!r}: expected KEY=VALUE")
+        if key not in fields:
+            raise OptionError(f"option --set {pair!r}: {key!r} is not one of {', '.join(fields)}")
+        kind = types[key]
+        if kind is bool:
+            overrides[key] = parse_on_off(text, f"--set {key}")
+            continue
+        parse = fields[key].metadata.get("parse") or kind
         try:
-            overrides[key] = kind(text)
-        except ValueError:
-            raise OptionError(f"option --set {pair!r}: {text!r} is not a {kind.__name__}") from None
+            overrides[key] = parse(text)
+        except (ValueError, argparse.ArgumentTypeError):
+            meaning = {int: "an integer", float: "a number"}.get(kind, "a comma list of integers")
+            raise OptionError(f"option --set {pair!r}: {text!r} is not {meaning}") from None
     try:
+        check_ranges(overrides)
         TrainConfig(**overrides).validate()
-    except ValueError as error:  # validate names the bench option: name --set and the field instead
+    except ValueError as error:  # both name the bench option: name --set and the field instead
         raise OptionError(f"option --set: {str(error).removeprefix('option --')}") from None
     return overrides
 
