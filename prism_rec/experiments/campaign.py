@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from ..errors import OptionError
 from ..files import read_jsonl
 from ..tracking.records import append_jsonl
+from ..training.devices import ONE_DEVICE_HELP
 from .jobs import Status, WorkerDevices, gpu_sharing, run_jobs
 
 NOT_STARTED = "not started"
@@ -155,6 +156,11 @@ def merge_manifests(paths: Iterable[Path], key: Callable[[dict], Any] = lambda e
     return entries
 
 
+# --device of a campaign command (headline run, split-study run, probe, authors grid): its workers' devices
+DEVICE_HELP = (f"{ONE_DEVICE_HELP}, or a comma list (cuda:0,cuda:1): worker i trains on the i-th, cyclically; dask: "
+               "what every worker trains on (auto: its own GPU if it has one)")
+
+
 def add_executor_options(parser) -> None:
     """--executor, --scheduler, --cluster, --cluster-jobs, --cluster-option, --runs-per-gpu."""
     group = parser.add_argument_group("executor (docs/cluster.md)")
@@ -179,9 +185,7 @@ def add_grid_run_options(parser, out_help: str) -> None:
     parser.add_argument("--out", required=True, type=Path, help=out_help)
     parser.add_argument("--workers", type=int, default=1, help="local: worker processes")
     parser.add_argument("--budget", type=float, help="wall-clock seconds; no run starts after them")
-    parser.add_argument("--device", default="auto",
-                        help="auto, cpu, cuda, cuda:N, or a comma list (cuda:0,cuda:1): worker i trains on the i-th, "
-                             "cyclically; dask: what every worker trains on (auto: its own GPU if it has one)")
+    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     parser.add_argument("--checkpoints", type=Path,
                         help="folder of per-epoch checkpoints, so that a run whose worker died resumes elsewhere "
                              "(default with --executor dask: OUT/checkpoints; it must be on storage the workers "

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 from .candidates import parse_sampled
 from .compile import COMPILE_MODES
+from .devices import ONE_DEVICE_HELP
 from .metrics import CUTOFFS
 
 LOSSES = ("full", "sampled")
@@ -53,7 +54,7 @@ class TrainConfig:
     n_negatives: int = knob(1024, "negatives per position of the sampled loss")
     eval_batch_size: int = knob(256, "histories per evaluation batch")
     seed: int = 0
-    device: str = knob("auto", "auto (CUDA when present), cpu, cuda, cuda:N")
+    device: str = knob("auto", ONE_DEVICE_HELP)
     progress: bool = knob(True, "no progress bars")
     backbone_options: dict = field(default_factory=dict)
     precision: str = knob("bf16", "bf16: bf16 autocast on CUDA (default); fp32: fp32 with TF32 off (CPU is always "

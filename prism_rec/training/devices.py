@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+ONE_DEVICE_HELP = "auto (CUDA when present), cpu, cuda, cuda:N"  # an option that takes one device
+
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":

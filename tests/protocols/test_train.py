@@ -103,44 +103,6 @@ def test_a_run_expected_past_the_budget_does_not_start(task, tmp_path, monkeypat
     assert counts == {"finished": 1, "dropped": 0, "failed": 0, "pending": 0}
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--models", "bogus"], "option --models: unknown model 'bogus'"),
-    (["--models", "prism-L0"], "option --models: prism-L0 take the learning rate chosen for prism"),
-    (["--datasets", "electronics-gerec"], "option --datasets: dataset 'electronics-gerec' has no time"),
-    (["--lr", "0.001"], "option --lr: the grid chooses its rates"),
-    (["--lr-grid", "1e-3,x"], "option --lr-grid: 'x' is not a number"),
-    (["--lr-grid", "2e-3"], "option --lr-grid: 0.002 not on the rate ladder"),
-    (["--seeds", "0"], "option --seeds: need at least one seed"),
-    (["--equal-head", "x"], "option --equal-head: expected per-backbone or a positive integer"),
-    (["--budget", "-5"], "option --budget: must be a finite number in (0"),
-    (["--workers", "0"], "option --workers: must be an integer in [1"),
-    (["--min-user-edges", "0"], "option --min-user-edges: must be >= 1"),
-    (["--datasets", "ml-100k", "--min-user-edges", "100000"],
-     "option --min-user-edges: dataset 'ml-100k' has 0 user(s) with >= 100000 edges"),
-])
-def test_bad_grid_options_are_refused_before_work(argv, message, tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["authors", "grid", "--out", str(tmp_path / "out"), "--device", "cpu", *argv])
-    assert exit_info.value.code == 2
-    error = capsys.readouterr().err.strip()
-    assert error.startswith(f"prism-rec authors: {message}") and "\n" not in error
-    assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["headline", "run", "--out", "OUT", "--protocol", "authors"], "argument --protocol: invalid choice: 'authors'"),
-    (["headline", "run", "--out", "OUT", "--head-width", "64"], "unrecognized arguments: --head-width 64"),
-    (["authors", "grid", "--out", "OUT", "--widths", "d64"], "unrecognized arguments: --widths d64"),
-    (["authors", "grid", "--out", "OUT", "--lr-gr", "1e-3"], "unrecognized arguments: --lr-gr"),  # no prefixes
-    (["authors", "train", "--protocol", "v3"], "unrecognized arguments: --protocol v3"),
-])
-def test_an_unknown_protocol_or_another_protocols_option_is_refused(argv, message, tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(tmp_path / "out") if arg == "OUT" else arg for arg in argv])
-    assert exit_info.value.code == 2 and message in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
-
-
 def test_the_grid_trains_in_the_designs_priority_order_through_the_campaign(task, tmp_path, monkeypatch):
     """Each run the grid starts is the first the design lists as pending at that moment (follow-ups: a rate
     extension, the seeds a chosen rate releases, the equal-heads arm), as asking the design run by run gives."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from ...options import parse_seeds
 from ...paths import RESULTS_DIR
 from ...training.compile import COMPILE_MODES, WHOLE_STEP_MODES
-from ..campaign import add_executor_options, executor_from_args
+from ..campaign import DEVICE_HELP, add_executor_options, executor_from_args
 from .grid import grid_runs, product_runs
 from .model import parse_model_spec
 from .settings import PROFILES, ProbeSettings
@@ -127,8 +127,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     for name in SETTING_OPTIONS:
         probe.add_argument(f"--{name.replace('_', '-')}", type=type(getattr(defaults, name)), default=None,
                            help=f"override the profile's {name} (paper profile: {getattr(defaults, name)})")
-    probe.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N, or a list "
-                       "cuda:0,cuda:1 (worker i on the i-th, cyclically)")
+    probe.add_argument("--device", default="auto", help=DEVICE_HELP)
     # the probes train through their own loop (probes/train.py), not TrainingStep: no whole-step modes
     probe.add_argument("--compile", choices=[m for m in COMPILE_MODES if m not in WHOLE_STEP_MODES], default="graphs",
                        help="the training step's compile mode (prism_rec/training/compile.py): graphs (the "

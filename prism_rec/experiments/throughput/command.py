@@ -16,7 +16,7 @@ from ...files import write_atomically
 from ...options import resolve_models
 from ...paths import RESULTS_DIR
 from ...tracking.store import machine_description
-from ...training.devices import resolve_device
+from ...training.devices import ONE_DEVICE_HELP, resolve_device
 from .measure import BackboneResults, measure_backbone
 from .report import markdown_report, plot, read_report
 from .shapes import CONFIGURATIONS, Configuration
@@ -101,7 +101,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--config", choices=("auto", *CONFIGURATIONS), default="auto",
                         help="paper: 0.13B LM shape at 2K-16K and the recsys shape; tiny: toy sizes for CI; "
                              "auto: paper on CUDA, tiny elsewhere")
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    parser.add_argument("--device", default="auto", help=ONE_DEVICE_HELP)
     parser.add_argument("--warmup", type=int, help="warm-up steps per case, at least 1 (paper 2, tiny 1)")
     parser.add_argument("--steps", type=int, help="timed steps per case (paper 10, tiny 2)")
     parser.add_argument("--case-budget", type=float, help="seconds per case before it counts as over time "

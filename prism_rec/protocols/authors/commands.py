@@ -15,10 +15,10 @@ import torch
 
 from ...errors import OptionError
 from ...experiments import tuning
-from ...experiments.campaign import add_executor_options, executor_from_args
+from ...experiments.campaign import DEVICE_HELP, add_executor_options, executor_from_args
 from ...experiments.headline.v3 import V3, grid_from_option
 from ...files import write_atomically
-from ...training.devices import resolve_device
+from ...training.devices import ONE_DEVICE_HELP, resolve_device
 from .data import check_dataset, load_task
 from .design import DESIGN_MODELS, DESIGN_SEEDS, EQUAL_HEAD, Design
 from .grid import run_grid
@@ -30,7 +30,7 @@ from .train import GRAPHED_MODELS, RunConfig, describe, run
 DEFAULTS = RunConfig(model="sasrec")
 
 
-def _add_run_options(parser: argparse.ArgumentParser) -> None:
+def _add_run_options(parser: argparse.ArgumentParser, device_help: str) -> None:
     for name in ("epochs", "patience", "batch_size", "n_neighbours", "channel", "n_layers", "n_heads", "feature_seed"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(DEFAULTS, name))
     parser.add_argument("--lr", type=float, help=f"learning rate (train; default {DEFAULTS.lr:g}); the grid "
@@ -39,7 +39,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-user-edges", type=int,
                         help="keep users with at least this many edges (default 40; movies-fedcsr 3)")
     parser.add_argument("--raw-dir", help="folder of the dataset's raw files (default datasets/raw/<name>)")
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    parser.add_argument("--device", default="auto", help=device_help)
     parser.add_argument("--threads", default="auto", help="CPU threads: a count, or auto (as prism-rec bench)")
     parser.add_argument("--eager", action="store_true",
                         help="train every batch eagerly (default on CUDA: the full batches of "
@@ -158,7 +158,7 @@ def add_parser(subparsers) -> None:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--head-width", default=DEFAULTS.head_width, help="per-backbone (the authors') or a width")
     train.add_argument("--record", help="also write the run's record (JSON) here")
-    _add_run_options(train)
+    _add_run_options(train, ONE_DEVICE_HELP)
     train.set_defaults(func=command_train)
     grid = commands.add_parser("grid", allow_abbrev=False,
                                help="train the design's runs not yet in OUT/manifest.jsonl (design.py); exit status 3 "
@@ -175,7 +175,7 @@ def add_parser(subparsers) -> None:
                                         "its ladder)")
     grid.add_argument("--equal-head", default=EQUAL_HEAD,
                       help="the equal-heads arm's width (models with another per-backbone width), or none")
-    _add_run_options(grid)
+    _add_run_options(grid, DEVICE_HELP)
     add_executor_options(grid)
     grid.set_defaults(func=command_grid)
     table = commands.add_parser("table", allow_abbrev=False,

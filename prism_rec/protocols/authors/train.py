@@ -77,7 +77,7 @@ class RunConfig:
         if not 0 <= self.dropout < 1:
             raise OptionError(f"option --dropout: must be in [0, 1), got {self.dropout}")
         if self.seed < 0:
-            raise OptionError(f"option --seeds: seeds must be >= 0, got {self.seed}")
+            raise OptionError(f"option --seed: must be >= 0, got {self.seed}")
         return self
 
     def to_dict(self) -> dict:
