@@ -23,11 +23,12 @@ dropped (a running one is stopped) and its runs at the chosen rate go before tho
 seconds bound the command: a run starts only when the time left covers its estimate (the longest seconds per
 epoch seen for its dataset and model, times the most epochs a finished run of them took, or ``--expected-
 epochs`` before one finished, plus the start-up seen), and a run still going at the end is stopped; the report
-lists both. Each finished run is kept in ``--runs-dir``, so the same command run again (that folder carried
-back) goes on where this one stopped. (The suite's executor, prism_rec/experiments/jobs.run_jobs, cannot do
-this: it stops running jobs only all at once at the deadline, so a run working ahead at a rate not chosen
-would hold its process to the end, and its queue is its own, so the runs at a chosen rate could not move
-ahead of those working ahead.)
+lists both. Each finished run is kept in ``--runs-dir``, with the commit of the code that trained it, so the
+same command run again (that folder carried back) goes on where this one stopped; the report's header counts
+the runs the last call trained and those it reused, and names their commits. (The suite's executor,
+prism_rec/experiments/jobs.run_jobs, cannot do this: it stops running jobs only all at once at the deadline, so
+a run working ahead at a rate not chosen would hold its process to the end, and its queue is its own, so the
+runs at a chosen rate could not move ahead of those working ahead.)
 
 The verdict on ours minus RecBole's is the headline's rule (prism_rec/experiments/headline/verdicts.py) with
 ``--margin`` as the gap of interest: "better" / "worse" needs Welch's p over the seeds' test AUCs under 0.05
@@ -44,6 +45,7 @@ the difference the seeds can detect (prism_rec/statistics.py).
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import shlex
@@ -107,7 +109,8 @@ def parse_job(text: str) -> Job:
 
 def train_one(job: Job, base: TrainConfig, runs_dir: Path) -> None:
     """The worker: train ``job``, appending the time of each validated epoch to its .progress file, and
-    write its result to its .json file (test and best-validation metrics, epochs, wall seconds, case ranks)."""
+    write its result to its .json file (test and best-validation metrics, epochs, wall seconds, case ranks, and
+    the commit of the code that trained it, as a headline record's: tracking.store.git_commit)."""
     dataset = load_dataset(job.dataset)
     progress = job.path(runs_dir, ".progress")  # its first line, the start, written by start_what_fits
 
@@ -120,7 +123,7 @@ def train_one(job: Job, base: TrainConfig, runs_dir: Path) -> None:
     cases = result.test_case_ranks
     run = {"test": result.test, "valid": result.valid, "best_epoch": result.best_epoch,
            "epochs_run": result.epochs_run, "wall_seconds": time.perf_counter() - started,
-           "case_ranks": encode(cases["users"], cases["twice_rank"], cases["n_items"])}
+           "case_ranks": encode(cases["users"], cases["twice_rank"], cases["n_items"]), "git_commit": git_commit()}
     write_atomically(job.path(runs_dir), json.dumps(run))
 
 
@@ -137,6 +140,7 @@ class Schedule:
     running: dict[Job, tuple[subprocess.Popen, float]] = field(default_factory=dict)
     chosen: dict[tuple[str, str], float] = field(default_factory=dict)
     left_out: dict[Job, str] = field(default_factory=dict)  # job -> why it has no result
+    reused: set[Job] = field(default_factory=set)  # the finished runs an earlier call left in the runs folder
 
     def seed0_aucs(self, key: tuple[str, str]) -> dict[float, float]:
         """{rate: best validation AUC} of the finished seed-0 runs of ``key``."""
@@ -178,10 +182,12 @@ class Schedule:
         return len(reached) > 1 and self.chosen.get(key) in (reached[0], reached[-1])
 
     def take_finished(self, runs_dir: Path) -> None:
-        """Moves the queued runs whose result an earlier call left in ``runs_dir`` to the finished ones."""
+        """Moves the queued runs whose result an earlier call left in ``runs_dir`` to the finished ones (and the
+        reused ones)."""
         for job in list(self.queue):
             if job.path(runs_dir).exists():
                 self.finished[job] = json.loads(job.path(runs_dir).read_text())
+                self.reused.add(job)
                 self.queue.remove(job)
 
     def priority(self, job: Job) -> int:
@@ -424,6 +430,16 @@ def left_out_lines(name: str, schedule: Schedule) -> list[str]:
     return (["", "Runs without a result:", *rows] if rows else []) + (note if dropped else [])
 
 
+def runs_sentence(schedule: Schedule) -> str:
+    """How many of the finished runs this call trained and how many it reused from the runs folder, and the
+    commits of the code that trained them (a run finished before run records carried one: "not recorded")."""
+    commits = collections.Counter(run.get("git_commit", "not recorded") for run in schedule.finished.values())
+    order = sorted(commits.items(), key=lambda item: (-item[1], item[0] == "not recorded", item[0]))  # most first
+    code = ", ".join(f"{commit} ({count} run{'' if count == 1 else 's'})" for commit, count in order)
+    return (f"Runs: {len(schedule.finished) - len(schedule.reused)} trained by this call, {len(schedule.reused)} "
+            f"reused from --runs-dir (finished by earlier calls); the code that trained them: {code or 'none'}.")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default="ml-100k,electronics-gerec", help="comma list")
@@ -486,14 +502,14 @@ def main(argv: list[str] | None = None) -> None:
     sections = [dataset_section(name, dataset, schedule, seeds, base, args.margin) for name, dataset in datasets]
     text = ("# RecBole's SASRec and ours on the same split\n\n"
             f"Made by `{command}` in {time.perf_counter() - started:.0f} s on {machine_description(device)}, torch "
-            f"{torch.__version__}, code {git_commit()}, with up "
+            f"{torch.__version__}, this call's code {git_commit()}, with up "
             f"to {args.jobs} runs at once (benchmarks/recbole_check.py says how each side trains and how both are "
             f"tuned). Learning rates from {', '.join(f'{lr:g}' for lr in rates)}"
             f"{'' if args.fixed_grid else ', extended along tuning.RATE_LADDER beyond an edge the choice lands on'}"
             f"; patience {args.patience}, epoch cap "
             f"{args.epochs}, d_model {args.d_model}, {args.n_layers} layers, {args.n_heads} heads, max_len "
             f"{args.max_len}, batch {args.batch_size}. Test metrics of this suite's evaluator: full ranking over all "
-            "items, history kept.\n\n"
+            f"items, history kept. {runs_sentence(schedule)}\n\n"
             + "\n".join(sections))
     write_atomically(args.out, text)
     print(text)

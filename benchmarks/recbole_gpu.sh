@@ -5,7 +5,7 @@
 # stopping), JOBS runs at once on the one GPU under CUDA MPS, in about 9 minutes (BUDGET seconds of runs plus
 # about a minute of set-up):
 #
-#   benchmarks/recbole_gpu.sh $OUT            (device tool: timeout_s 600)
+#   PRISM_REC_GIT_COMMIT=<short hash> benchmarks/recbole_gpu.sh $OUT     (device tool: timeout_s 600)
 #
 # .whl/recbole must hold recbole 1.2.1 and the modules of prism_rec/recbole_bridge/compat.py's
 # REQUIRED_MODULES that the image lacks: on the H200 image (Python 3.12.3, checked 2026-12-03) colorlog and
@@ -24,6 +24,8 @@
 # finished runs are reused, the others train.
 set -uo pipefail
 out=${1:?usage: benchmarks/recbole_gpu.sh OUT_DIR}
+: "${PRISM_REC_GIT_COMMIT:?set PRISM_REC_GIT_COMMIT to the commit this tree is (the copy has no .git): each run records it}"
+export PRISM_REC_GIT_COMMIT
 PRISM_REC_MPS=${PRISM_REC_MPS:-1}
 . benchmarks/gpu_setup.sh || exit 1
 python3 -c "

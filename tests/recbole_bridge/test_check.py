@@ -242,3 +242,52 @@ def test_several_test_cases_a_user_are_refused(check):
 
     with pytest.raises(SystemExit, match="option --datasets: d .split time. has users with several test cases"):
         check.check_one_case_a_user("d", TimeSplit())
+
+
+def test_a_run_records_the_commit_of_the_code_that_trained_it(check, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from prism_rec.tracking import store
+
+    result = SimpleNamespace(test={"auc": 0.7}, valid={"auc": 0.8}, best_epoch=2, epochs_run=3,
+                             test_case_ranks={"users": np.arange(3), "twice_rank": np.array([2, 4, 6]), "n_items": 9})
+    monkeypatch.setattr(check, "load_dataset", lambda name: name)
+    monkeypatch.setitem(check.MODELS, "sasrec", lambda dataset, model, config, on_epoch: result)
+    job = check.Job("d", "sasrec", 0, 1e-3)
+    job.path(tmp_path).parent.mkdir(parents=True)
+    monkeypatch.delenv("PRISM_REC_GIT_COMMIT", raising=False)
+    check.train_one(job, check.TrainConfig(), tmp_path)
+    assert json.loads(job.path(tmp_path).read_text())["git_commit"] == store._head_commit()  # git rev-parse here
+    monkeypatch.setenv("PRISM_REC_GIT_COMMIT", "abc1234")  # a tree that travelled without .git
+    check.train_one(job, check.TrainConfig(), tmp_path)
+    assert json.loads(job.path(tmp_path).read_text())["git_commit"] == "abc1234"
+
+
+class EndedProcess:
+    returncode = 0
+
+    def poll(self):
+        return 0
+
+
+def test_the_header_counts_the_runs_reused_and_trained_by_this_call(check, tmp_path, capsys):
+    schedule = check.initial_schedule([("d", FakeDataset(5)), ("e", FakeDataset(4))], [0], [1e-3],
+                                      expected_epochs=9, ladder=())
+    reused = [check.Job("d", "sasrec", 0, 1e-3), check.Job("d", "recbole:SASRec", 0, 1e-3),
+              check.Job("e", "sasrec", 0, 1e-3)]
+    trained = check.Job("e", "recbole:SASRec", 0, 1e-3)
+    for job, commit in zip([*reused, trained], ["aaa1111", None, "aaa1111", "bbb2222"], strict=True):
+        job.path(tmp_path).parent.mkdir(parents=True, exist_ok=True)
+        run = fake_run(0.8) | {"test": {"auc": 0.75}}
+        job.path(tmp_path).write_text(json.dumps(run | ({"git_commit": commit} if commit else {})))
+    schedule.queue.remove(trained)
+    schedule.running[trained] = EndedProcess(), 0.0  # it ended this call, its result just written
+    check.run_schedule(schedule, [], tmp_path, jobs=1, deadline=math.inf)
+    assert schedule.reused == set(reused) and set(schedule.finished) == {*reused, trained}
+    assert check.runs_sentence(schedule) == ("Runs: 1 trained by this call, 3 reused from --runs-dir (finished by "
+                                             "earlier calls); the code that trained them: aaa1111 (2 runs), bbb2222 "
+                                             "(1 run), not recorded (1 run).")
+    assert "e recbole:SASRec lr 0.001 seed 0" in capsys.readouterr().out
+    assert check.runs_sentence(check.initial_schedule([], [0], [1e-3], 9)) == (
+        "Runs: 0 trained by this call, 0 reused from --runs-dir (finished by earlier calls); the code that trained "
+        "them: none.")
