@@ -184,8 +184,8 @@ def test_bad_input_is_refused_before_any_training(tmp_path, trained, capsys, opt
     assert not trained and not (tmp_path / V3.manifest_name).exists()
 
 
-def test_the_v3_pages_state_grids_edges_verdicts_what_moved_and_what_is_incomplete(tmp_path, monkeypatch):
-    from prism_rec.experiments.headline import front_page, v3_tables
+def test_the_v3_pages_state_grids_edges_verdicts_what_moved_and_what_is_incomplete(tmp_path, monkeypatch, capsys):
+    from prism_rec.experiments.headline import v3_tables
     from tests.experiments.test_headline_report import ELECTRONICS, run
 
     monkeypatch.setattr(verdicts, "N_MOST", 20_000)
@@ -215,8 +215,9 @@ def test_the_v3_pages_state_grids_edges_verdicts_what_moved_and_what_is_incomple
     add(books, "mamba2", 0, 3e-4, 0.7, width="d256")  # one rate of its grid so far
     for name, rows in ((V3.manifest_name, [e for e, _ in lines]), (V3.case_ranks_name, [r for _, r in lines])):
         (tmp_path / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
-    front_path, detail_path = front_page.write_pages(tmp_path, ("hit_10", "mrr"))
-    assert front_path == tmp_path / "README.md" and detail_path == tmp_path / "headline_v3.md"
+    main(["headline", "tables", "--protocol", "v3", "--results-dir", str(tmp_path), "--metrics", "hit_10,mrr"])
+    front_path, detail_path = tmp_path / "README.md", tmp_path / "headline_v3.md"
+    assert capsys.readouterr().out.splitlines() == [f"wrote {front_path}", f"wrote {detail_path}"]
     detail, front = detail_path.read_text(), front_path.read_text()
     assert "| v2 rank | test Hit@10 | test MRR |" in detail
     assert "Test metrics: each test case ranks its target against all items." in detail

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import math
 from pathlib import Path
 
 from ...files import read_jsonl, write_atomically
@@ -23,7 +24,7 @@ from ...tracking.bootstrap import PairedDifference, verdict
 from .protocol import CASE_RANKS_NAME, PROTOCOL, V2, WIDTH
 from .v3 import V3, WIDE_DATASETS
 from .v3_tables import COMMAND, FRONT_PAGE, NAME, PAIRS, DatasetResults, Results, analyse, comparison_table, markdown
-from .verdicts import MC_MARGIN, N_MOST, N_START, direction
+from .verdicts import MC_MARGIN, N_MOST, N_START, Comparison, direction
 
 VERDICTS = "[verdicts per dataset](#verdicts-per-dataset)"
 MOVED = "[what moved from v2](#what-moved-from-v2)"
@@ -103,6 +104,11 @@ def moved_section(results: Results) -> str:
                    align="lllll")])
 
 
+def _detectable(comparison: Comparison) -> str:
+    value = comparison.seeds.detectable
+    return f"{value:.4f}" if math.isfinite(value) else "n/a"
+
+
 def width_rows(results: Results) -> list[list[str]]:
     rows = []
     for dataset in WIDE_DATASETS:
@@ -116,7 +122,7 @@ def width_rows(results: Results) -> list[list[str]]:
                 rows.append([dataset, width, "—", "—", "—", "incomplete", missing])
             else:
                 rows.append([dataset, width, f"{c.seeds.mean:+.4f}", f"[{c.users.low:+.4f}, {c.users.high:+.4f}] "
-                             f"({c.users.level:.1%})", f"{c.seeds.detectable:.4f}", c.verdict, missing])
+                             f"({c.users.level:.1%})", _detectable(c), c.verdict, missing])
     return rows
 
 
@@ -138,12 +144,12 @@ def _pair_finding(tables: list[DatasetResults], first: str, second: str) -> str:
              f"equal within the gap of interest on {', '.join(equal)}" if equal else "",
              f"not resolved on {', '.join(open_)}" if open_ else "",
              f"not computed on {', '.join(waiting)} (incomplete)" if waiting else ""]
-    detectable = [c.seeds.detectable for _, c in known]
-    spread = (f"; the seeds detect {min(detectable):.4f} to {max(detectable):.4f} with {POWER:.0%} power"
-              if detectable else "")
+    detectable = [c.seeds.detectable for _, c in known if math.isfinite(c.seeds.detectable)]
+    if detectable:
+        parts.append(f"the seeds detect {min(detectable):.4f} to {max(detectable):.4f} with {POWER:.0%} power")
     return (f"**{first} − {second} at {width}: {first} > {second} on {len(above)} of the {len(known)} datasets "
-            f"compared**" + (f" ({', '.join(above)})" if above else "") + "; "
-            + "; ".join(p for p in parts if p) + f"{spread} ({VERDICTS}).")
+            f"compared**" + (f" ({', '.join(above)})" if above else "")
+            + "".join(f"; {p}" for p in parts if p) + f" ({VERDICTS}).")
 
 
 def _best_finding(tables: list[DatasetResults]) -> str:
