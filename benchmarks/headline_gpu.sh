@@ -11,7 +11,7 @@
 # narrows the grid, MODELS (default all) the backbones. OUT_DIR receives headline_v2_manifest.jsonl (the
 # committed lines and the new ones), headline_v2_case_ranks.new.jsonl (the new runs' lines only: with
 # the committed ones the file outgrows the 16 MiB a device call returns), headline.records.jsonl and
-# headline_log.txt (and triton_cache.tgz: gpu_setup.sh); results/README.md ("Reproducing") says how to merge
+# headline_log.txt (and triton_cache.tgz: gpu_setup.sh); results/v2/README.md ("Reproducing") says how to merge
 # and import them here.
 # COMPILE (default auto: each backbone's mode of VERIFIED_MODES in prism_rec/training/compile.py, eager for
 # the others) is the training step's compile mode (TrainConfig.compile: off, graphs, cudagraphs, ...;

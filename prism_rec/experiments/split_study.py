@@ -212,7 +212,7 @@ def split_markdown(splits: dict[str, dict], commands: list[str]) -> str:
                   pipe_table(["difference", "leave-one-out", other], pair_rows, align="lrr"), "",
                   _summary(splits, dataset, changed), ""]
     lines += ["## Commands", "", "Time-split runs: " + ("; ".join(f"`{c}`" for c in commands) or "none yet") + ".",
-              "Leave-one-out runs: see results/README.md (Reproducing).", ""]
+              "Leave-one-out runs: see results/v2/README.md (Reproducing).", ""]
     return "\n".join(lines)
 
 

@@ -103,14 +103,23 @@ def matrix(lines, dataset, model, seeds=(0, 1, 2), lr=1e-3):
 def test_files_are_written_for_the_datasets_with_runs(results):
     folder, paths, _, _ = results
     names = sorted(str(p.relative_to(folder)) for p in paths)
-    assert names == sorted(["README.md", *(f"{d}/{f}" for d in (ELECTRONICS, SHORT)
+    assert names == sorted(["v2/README.md", *(f"{d}/{f}" for d in (ELECTRONICS, SHORT)
                                            for f in ("auc.md", "auc.csv", "auc.png", "paired.png", "pareto.png"))])
     assert all(p.stat().st_size > 0 for p in paths)
 
 
+def test_the_v2_page_is_results_v2_readme_and_its_links_reach_the_dataset_pages(results):
+    folder, paths, _, _ = results
+    page = folder / "v2" / "README.md"
+    assert page in paths and not (folder / "README.md").exists()  # results/README.md is v3's front page
+    targets = re.findall(r"\]\(([^)#]+)\)", page.read_text())
+    assert "../README.md" in targets and f"../{ELECTRONICS}/auc.md" in targets
+    assert all((page.parent / target).resolve().is_file() for target in targets if target != "../README.md")
+
+
 def test_summary_rows_start_with_the_floor_and_say_missing(results):
     folder, _, manifest, lines = results
-    text = (folder / "README.md").read_text()
+    text = (folder / "v2" / "README.md").read_text()
     summary = text.split("## Main table: test AUC")[1].split("For orientation")[0]
     rows = [line for line in summary.splitlines() if line.startswith("| ") and not line.startswith("| backbone")]
     assert rows[0].startswith("| **baselines** |") and rows[1].startswith("| pop (floor) |")
@@ -150,7 +159,7 @@ def test_the_dataset_table_gives_the_interval_rate_epochs_and_cap(results):
 
 def test_paired_differences_match_stats_and_say_within_noise(results):
     folder, _, _, lines = results
-    text = (folder / "README.md").read_text()
+    text = (folder / "v2" / "README.md").read_text()
     section = text.split(f"### {ELECTRONICS}")[1].split("###")[0]
     expected = paired_difference(matrix(lines, ELECTRONICS, "prism"), matrix(lines, ELECTRONICS, "gated_deltanet"))
     cells = cells_of(section, "prism − gated_deltanet")
@@ -168,7 +177,7 @@ def test_paired_differences_match_stats_and_say_within_noise(results):
 
 def test_checks_list_the_runs_near_the_floor_on_the_plateau_and_at_the_cap(results):
     folder, _, _, _ = results
-    checks = (folder / "README.md").read_text().split("## Appendix: checks")[1]
+    checks = (folder / "v2" / "README.md").read_text().split("## Appendix: checks")[1]
     near = checks.split("**Runs near the floor**")[1].split("**Runs stopped")[0]
     assert "electronics-gerec/prism-L0/s0:" in near
     assert "electronics-gerec/gated_deltanet/s1 (tuning run, lr 0.0003):" in near
@@ -185,7 +194,7 @@ def test_checks_list_the_runs_near_the_floor_on_the_plateau_and_at_the_cap(resul
 
 def test_ablation_v1_tuning_and_cost_sections(results):
     folder, _, _, _ = results
-    text = (folder / "README.md").read_text()
+    text = (folder / "v2" / "README.md").read_text()
     ablation = text.split("## Ablation order")[1].split("## What changed")[0]
     assert "| 1 | prism 0.7134 | prism 0." in ablation and "The paper's order holds by mean" in ablation
     assert "| prism − prism-L1 |" in ablation
@@ -202,7 +211,7 @@ def test_ablation_v1_tuning_and_cost_sections(results):
     assert ("Backbones without a believable solo figure (none, or a suspect one above; left out of their plot, "
             "which names them): electronics-gerec: hstu, " in cost)
     assert "No figure is suspect" in cost
-    assert "Shared-GPU training tokens/s" in cost and "[electronics-gerec](electronics-gerec/pareto.png)" in cost
+    assert "Shared-GPU training tokens/s" in cost and "[electronics-gerec](../electronics-gerec/pareto.png)" in cost
     solo = cost.split("Solo training tokens/s")[1].split("Shared-GPU")[0]
     assert "results/solo_throughput.csv, NVIDIA H200;" in solo
     assert cells_of(solo, "gated_deltanet")[3] == "120,000" and cells_of(solo, "hstu")[3] == "missing"
@@ -215,7 +224,7 @@ def test_the_tables_subcommand_writes_the_report(tmp_path, monkeypatch):
     (tmp_path / protocol.CASE_RANKS_NAME).write_text("".join(json.dumps(line) + "\n" for line in lines))
     monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
     main(["headline", "tables", "--manifest", str(tmp_path / "m.jsonl")])
-    text = (tmp_path / "README.md").read_text()
+    text = (tmp_path / "v2" / "README.md").read_text()
     assert "results/solo_throughput.csv is absent: the plots hold no points and say so." in text
     assert "no v1 run → " in text and (tmp_path / ELECTRONICS / "pareto.png").is_file()
 
@@ -390,7 +399,7 @@ def test_the_auc_chart_zooms_to_the_data_and_the_forest_plot_holds_zero(tmp_path
 
 def test_the_readme_opens_with_findings_then_the_grouped_main_table_and_ends_with_the_checks(results):
     folder, _, _, lines = results
-    text = (folder / "README.md").read_text()
+    text = (folder / "v2" / "README.md").read_text()
     headings = [line for line in text.splitlines() if line.startswith("## ")]
     assert headings[:2] == ["## Findings", "## Main table: test AUC"] and headings[-1] == "## Appendix: checks"
     found = text.split("## Findings")[1].split("## Main table")[0]

@@ -26,8 +26,10 @@ as a client of an NVIDIA MPS server, which lets kernels of several processes run
 
 ``merge OUT A B`` joins manifests (or case-ranks files) of several calls, each record once.
 ``import DIR`` logs the records under DIR (a folder or one records file) into the MLflow store;
-``tables`` writes results/README.md and results/<dataset>/auc.md, .csv, .png and pareto.png from the v2
-manifest and case-ranks files alone (headline/report/), never from the store.
+``tables`` writes results/v2/README.md and results/<dataset>/auc.md, .csv, .png and pareto.png from the v2
+manifest and case-ranks files alone (headline/report/), never from the store; ``tables --protocol v3`` writes
+the results front page results/README.md and its detail page results/headline_v3.md from the v3 manifest and
+both case-ranks files (headline/front_page.py).
 """
 
 from __future__ import annotations
@@ -564,9 +566,10 @@ def command_tables(args: argparse.Namespace) -> None:
     from .report import write_results
 
     if args.protocol == "v3":
-        from .v3_tables import write_v3
+        from .front_page import write_pages
 
-        print(f"wrote {write_v3(args.results_dir, args.metrics)}")
+        for path in write_pages(args.results_dir, args.metrics):
+            print(f"wrote {path}")
         return
 
     manifest = read_jsonl(args.manifest)

@@ -12,6 +12,7 @@ difference, Holm's correction and the gap of interest.
   interval over users is taken at level 1 − alpha/m (Bonferroni over the family's m comparisons). Verdict: "a > b"
   (or "<") when the Holm-adjusted p < alpha and the users' interval excludes 0 on the same side; "equal within
   ±x" when the Welch interval lies inside ±x and x is no larger than the gap of interest; else "not resolved".
+  ``direction`` reads the order a verdict states.
 - ``gap_of_interest``: the paper's Table 2 gap of the pair on the dataset's domain; elsewhere (a dataset or a
   backbone outside Table 2) the smallest gap of PRISM to Gated DeltaNet or SASRec over its four domains.
 """
@@ -134,6 +135,13 @@ def decide(comparison: Comparison, adjusted_p: float, alpha: float = seedstats.A
             where = "at the boundary" if comparison.users.at_boundary else "includes 0"
             return f"not resolved (seeds separate them; the test users' interval {where})"
     return words
+
+
+def direction(comparison: Comparison) -> int:
+    """+1 where the verdict orders first above second, −1 below, 0 where it orders neither ("equal within",
+    "not resolved")."""
+    return {f"{comparison.first} > {comparison.second}": 1,
+            f"{comparison.first} < {comparison.second}": -1}.get(comparison.verdict, 0)
 
 
 def family(pairs: list[tuple[str, str]], data: dict[str, tuple[list[float], np.ndarray]], dataset: str,

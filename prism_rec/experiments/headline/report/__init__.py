@@ -1,5 +1,6 @@
-"""results/README.md and results/<dataset>/auc.md, .csv, .png, pareto.png of the headline benchmark
-(protocol "headline-v2"), built from its manifest and per-test-user ranks only.
+"""results/v2/README.md and results/<dataset>/auc.md, .csv, .png, pareto.png of the headline benchmark
+(protocol "headline-v2", superseded by v3, whose front page is results/README.md: front_page.py), built from
+its manifest and per-test-user ranks only.
 
 The tables read results/headline_v2_manifest.jsonl (one line per finished run; lines of any other
 protocol are left out and counted, so old-protocol runs cannot leak in) and
@@ -51,6 +52,7 @@ from .tables import (
 )
 
 V1_MANIFESTS = ("v1/headline_manifest.jsonl", "v1/ml-100k/headline_manifest.jsonl")  # under results/
+README = Path("v2") / "README.md"  # under results/; its links to results/<dataset>/ start with "../"
 
 
 def dataset_markdown(grid: Grid, dataset: str, metrics: tuple[str, ...] = ()) -> str:
@@ -94,10 +96,9 @@ def dataset_csv(grid: Grid, dataset: str) -> str:
     return frame.to_csv(index=False, float_format="%.6f")
 
 
-def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing: dict[str, list[str]],
-           v3_section: str = "") -> str:
-    """results/README.md: templates/headline_readme.md filled with the grid's findings, tables, figures and (in
-    an appendix) checks; ``v3_section`` (v3_tables.readme_section) goes before the appendix."""
+def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing: dict[str, list[str]]) -> str:
+    """results/v2/README.md: templates/headline_readme.md filled with the grid's findings, tables, figures and (in
+    an appendix) checks."""
     rates = sorted({float(e["lr"]) for e in grid.entries if registry.trains(e["model"])})
     caps = sorted({(e["epochs"], e["patience"]) for e in grid.entries})
     commands = sorted({e["command"] for e in grid.entries})
@@ -115,7 +116,7 @@ def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing
         "lr_grid": ", ".join(f"{r:g}" for r in tuning.LR_GRID), "seeds": ", ".join(map(str, SEEDS)),
         "rates": ", ".join(f"{r:g}" for r in rates) or "none",
         "findings": findings(grid), "summary_table": summary_table(grid), "paper_table": paper_table(),
-        "paired_note": paired_note(), "v3_section": v3_section,
+        "paired_note": paired_note(),
         "per_dataset": "".join(dataset_section(grid, dataset, pareto_missing) + "\n\n" for dataset in grid.datasets),
         "checks": "\n".join([*near_floor(grid), "", *plateaus(grid), "", *cap_check(grid), "",
                              *divergence_check(grid), "", case_rank_check(grid), "", same_seed]),
@@ -123,7 +124,7 @@ def readme(grid: Grid, v1_entries: list[dict], solo: dict | None, pareto_missing
         "ablation": "\n".join(ablation(grid)), "v1_comparison": "\n".join(v1_comparison(grid, v1_entries)),
         "tuning_table": "\n".join(tuning_table(grid)), "cost_tables": "\n".join(cost_tables(grid, solo)),
         "gpu_sharing": gpu_sharing_note(grid.entries),
-        "pareto_links": ", ".join(f"[{d}]({d}/pareto.png)" for d in pareto_missing) or "none yet",
+        "pareto_links": ", ".join(f"[{d}](../{d}/pareto.png)" for d in pareto_missing) or "none yet",
         "solo_note": (f"results/{SOLO_NAME} is absent: the plots hold no points and say so." if solo is None else
                       "Backbones without a believable solo figure (none, or a suspect one above; left out of "
                       "their plot, which names them): "
@@ -143,9 +144,9 @@ def dataset_section(grid: Grid, dataset: str, pareto_missing: dict[str, list[str
     if dataset not in pareto_missing:  # no table run at all
         return f"{heading}\n\nNo table runs yet: all {len(grid.models)} rows missing."
     return "\n".join([heading, "", dataset_table(grid, dataset), "", paired_table(grid, dataset), "",
-                      f"{made_by(SOURCES)} Also: [results/{dataset}/auc.md]({dataset}/auc.md) (with Hit@10, NDCG@10), "
-                      f"[paired.png]({dataset}/paired.png) (PRISM − each baseline), "
-                      f"[pareto.png]({dataset}/pareto.png)."])
+                      f"{made_by(SOURCES)} Also: [results/{dataset}/auc.md](../{dataset}/auc.md) (with Hit@10, "
+                      f"NDCG@10), [paired.png](../{dataset}/paired.png) (PRISM − each baseline), "
+                      f"[pareto.png](../{dataset}/pareto.png)."])
 
 
 def write_forest(grid: Grid, dataset: str, path: Path) -> Path:
@@ -166,7 +167,7 @@ def write_forest(grid: Grid, dataset: str, path: Path) -> Path:
 
 def write_results(manifest: list[dict], results_dir: Path | None = None, case_ranks: list[dict] | None = None,
                   n_resamples: int = N_RESAMPLES, metrics: tuple[str, ...] = ()) -> list[Path]:
-    """results/README.md and, for every dataset with table runs, results/<dataset>/auc.md, .csv, .png, paired.png
+    """results/v2/README.md and, for every dataset with table runs, results/<dataset>/auc.md, .csv, .png, paired.png
     (the forest plot) and pareto.png (each figure with its SVG beside), from the v2 lines of ``manifest`` and the
     case-ranks lines (``case_ranks``; by default read from results_dir/headline_v2_case_ranks.jsonl; results_dir
     defaults to results/), the dataset tables with the test ``metrics`` too (dataset_markdown). The v1 means
@@ -197,8 +198,6 @@ def write_results(manifest: list[dict], results_dir: Path | None = None, case_ra
         forest = write_forest(grid, dataset, folder / "paired.png")
         pareto, pareto_missing[dataset] = write_pareto(grid, dataset, solo, folder / "pareto.png")
         written += [folder / "auc.md", folder / "auc.csv", folder / "auc.png", forest, pareto]
-    path = results_dir / "README.md"
-    from ..v3_tables import readme_section
-
-    write_atomically(path, readme(grid, v1_entries, solo, pareto_missing, readme_section(results_dir)))
+    path = results_dir / README
+    write_atomically(path, readme(grid, v1_entries, solo, pareto_missing))
     return [*written, path]

@@ -1,4 +1,4 @@
-"""The findings that open results/README.md: at most six statements computed from the grid, each with its verdict
+"""The findings that open results/v2/README.md: at most six statements computed from the grid, each with its verdict
 in plain words and the table or figure it comes from."""
 
 from __future__ import annotations
