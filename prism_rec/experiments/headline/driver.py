@@ -497,10 +497,12 @@ def add_parser(subparsers) -> None:
     merged.add_argument("out", type=Path, help="the file to write (e.g. results/headline_v2_manifest.jsonl)")
     merged.add_argument("sources", type=Path, nargs="+", help="manifests to join (the base first)")
     merged.set_defaults(func=command_merge)
-    tables = commands.add_parser("tables", help="results/README.md and results/<dataset>/ tables from the v2 manifest")
+    tables = commands.add_parser("tables", help="the results pages: v2, results/v2/README.md and results/<dataset>/; "
+                                                   "v3, results/README.md and results/headline_v3.md")
     tables.add_argument("--manifest", type=Path, default=RESULTS_MANIFEST)
     tables.add_argument("--protocol", choices=("v2", "v3"), default="v2",
-                        help="v3: RESULTS_DIR/headline_v3.md from the v3 manifest and both case-ranks files there")
+                        help="v3: RESULTS_DIR/README.md and RESULTS_DIR/headline_v3.md from the v3 manifest and both "
+                             "case-ranks files there")
     tables.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="v3: the folder read and written")
     tables.add_argument("--metrics", type=table_metrics, default=(),
                         help="test metrics shown after the default ones (v2: AUC, Hit@10, NDCG@10; v3: AUC), e.g. "
