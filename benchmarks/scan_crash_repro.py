@@ -4,7 +4,8 @@ The faithful backbones (gated_deltanet, prism) died on the H200 with "an illegal
 authors' protocol: head width K = V = 128 (backbone 256 wide, 2 heads), T = 21 tokens (one partial chunk of
 32), fp32, batches of 256 with a last training batch of 168 and a last validation batch of 86. This runs
 ``triton_delta_scan`` at those shapes, one case per subprocess (CUDA_LAUNCH_BLOCKING=1, so the error names the
-launch that faulted and a fault cannot poison the other cases), and prints one PASS / FAIL line per case:
+launch that faulted and a fault cannot poison the other cases; not under a CUDA MPS server, which reports a
+client's fatal fault to every client on the GPU), and prints one PASS / FAIL line per case:
 
     python benchmarks/scan_crash_repro.py                       # every case, on CUDA
     python benchmarks/scan_crash_repro.py --repeats 5           # each case in 5 fresh processes
@@ -203,7 +204,10 @@ def main() -> int:
     if min(batches) < 1 or min(extra) < 0 or arguments.repeats < 1 or arguments.workers < 1:
         parser.error("batches and --repeats/--workers must be >= 1, --extra-writes >= 0")
     cases = list(itertools.product(batches, modes, blocks, extra)) * arguments.repeats
-    print(f"torch {torch.__version__}, triton {triton.__version__}, {len(cases)} cases", flush=True)
+    mps = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    print(f"torch {torch.__version__}, triton {triton.__version__}, {len(cases)} cases"
+          + (f"; through the MPS server at {mps}: a fault in one client is reported to every client, so run"
+             " this alone to pin a case" if mps else ""), flush=True)
     start = time.monotonic()
     failed = 0
     with ThreadPoolExecutor(arguments.workers) as pool:
