@@ -10,6 +10,7 @@ client's fatal fault to every client on the GPU), and prints one PASS / FAIL lin
     python benchmarks/scan_crash_repro.py                       # every case, on CUDA
     python benchmarks/scan_crash_repro.py --repeats 5           # each case in 5 fresh processes
     python benchmarks/scan_crash_repro.py --wrap "compute-sanitizer --tool memcheck"
+    python benchmarks/scan_crash_repro.py --modes nograd --num-stages 1   # a failing case without pipelining
     python benchmarks/scan_crash_repro.py --device cpu --batches 2 --last-batches 1,1 --workers 2   # smoke test
                                                                  # (Triton's interpreter, minutes)
 
@@ -65,6 +66,21 @@ def scan_inputs(B: int, L: int, device: str, grad: bool, seed: int = 0) -> dict:
     return {name: None if x is None else x.to(device).requires_grad_(grad) for name, x in inputs.items()}
 
 
+KERNELS = ("_chunk_inverse_kernel", "_forward_kernel", "_backward_kernel")
+
+
+def with_launch_options(kernel, overrides: dict):
+    """``kernel`` launched with Triton's launch options ``overrides`` (num_stages, num_warps) in place of its own."""
+
+    class Overriding:
+        def __getitem__(self, grid):
+            def launch(*args, **options):
+                return kernel[grid](*args, **{**options, **overrides})
+            return launch
+
+    return Overriding()
+
+
 def refusing_wide_backward(limit: int = 64):
     """triton_chunk's backward kernel, refused (OutOfResources) above value block ``limit``."""
     kernel = triton_chunk._backward_kernel
@@ -113,9 +129,14 @@ def run_scan(B: int, grad: bool, value_block: str, L: int, device: str) -> float
     return max(max_error((o, state), reference), max_error(grads, expected))
 
 
-def run_case(B: int, mode: str, value_block: str, L: int, device: str, last_batches: tuple[int, int]) -> str:
+def run_case(B: int, mode: str, value_block: str, L: int, device: str, last_batches: tuple[int, int],
+             overrides: dict) -> str:
     """The case's PASS line, or raises; ``epoch`` runs a run's sequence of batches in this process, with
-    ``last_batches`` the last training and the last validation batch."""
+    ``last_batches`` the last training and the last validation batch; ``overrides``: launch options of every
+    kernel of the scan."""
+    if overrides:
+        for name in KERNELS:
+            setattr(triton_chunk, name, with_launch_options(getattr(triton_chunk, name), overrides))
     if value_block == "fallback":
         triton_chunk._backward_kernel = refusing_wide_backward()
     steps = {"nograd": [(B, False)], "grad": [(B, True)],
@@ -134,10 +155,17 @@ def case_name(B: int, mode: str, value_block: str, L: int) -> str:
     return f"B={B} {mode} value_block={value_block} L={L}"
 
 
+def launch_overrides(arguments) -> dict:
+    """The launch options given on the command line (--num-stages, --num-warps)."""
+    return {name: value for name, value in (("num_stages", arguments.num_stages), ("num_warps", arguments.num_warps))
+            if value is not None}
+
+
 def child(arguments) -> int:
     B, mode, value_block, L, last_training, last_validation = arguments.case.split(",")
     try:
-        line = run_case(int(B), mode, value_block, int(L), arguments.device, (int(last_training), int(last_validation)))
+        line = run_case(int(B), mode, value_block, int(L), arguments.device, (int(last_training), int(last_validation)),
+                        launch_overrides(arguments))
     except Exception as error:  # the CUDA error (or a wrong result) is the case's report
         print(f"FAIL {type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}",
               flush=True)
@@ -152,7 +180,9 @@ def spawn(case: tuple, arguments) -> tuple[str, str, float]:
     if arguments.device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     command = [*shlex.split(arguments.wrap), sys.executable, os.path.abspath(__file__), "--device", arguments.device,
-               "--case", ",".join(map(str, (*case, *arguments.last_batches)))]
+               "--case", ",".join(map(str, (*case, *arguments.last_batches))),
+               *itertools.chain.from_iterable(("--" + name.replace("_", "-"), str(value))
+                                              for name, value in launch_overrides(arguments).items())]
     start = time.monotonic()
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=arguments.timeout)
@@ -184,6 +214,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=1, help="fresh processes per case (faults may be intermittent)")
     parser.add_argument("--workers", type=int, default=8, help="cases run at once (each its own process)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per case, compilation included")
+    parser.add_argument("--num-stages", type=int, help="launch every kernel of the scan with this many pipeline "
+                        "stages (1: no software pipelining of the chunk loop's loads; default: Triton's)")
+    parser.add_argument("--num-warps", type=int, help="launch every kernel of the scan with this many warps")
     parser.add_argument("--wrap", default="", help="command the case processes run under, e.g. compute-sanitizer")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # B,mode,value_block,L,last batches: one case, here
     arguments = parser.parse_args()
@@ -203,9 +236,12 @@ def main() -> int:
         parser.error(f"option --last-batches: expected two batch sizes >= 1, got {arguments.last_batches}")
     if min(batches) < 1 or min(extra) < 0 or arguments.repeats < 1 or arguments.workers < 1:
         parser.error("batches and --repeats/--workers must be >= 1, --extra-writes >= 0")
+    if (arguments.num_stages or 1) < 1 or arguments.num_warps not in (None, 1, 2, 4, 8, 16):
+        parser.error("option --num-stages must be >= 1 and --num-warps one of 1, 2, 4, 8, 16")
     cases = list(itertools.product(batches, modes, blocks, extra)) * arguments.repeats
     mps = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
-    print(f"torch {torch.__version__}, triton {triton.__version__}, {len(cases)} cases"
+    options = launch_overrides(arguments) or "the kernels' own"
+    print(f"torch {torch.__version__}, triton {triton.__version__}, {len(cases)} cases, launch options {options}"
           + (f"; through the MPS server at {mps}: a fault in one client is reported to every client, so run"
              " this alone to pin a case" if mps else ""), flush=True)
     start = time.monotonic()
