@@ -11,6 +11,7 @@ client's fatal fault to every client on the GPU), and prints one PASS / FAIL lin
     python benchmarks/scan_crash_repro.py --repeats 5           # each case in 5 fresh processes
     python benchmarks/scan_crash_repro.py --wrap "compute-sanitizer --tool memcheck"
     python benchmarks/scan_crash_repro.py --modes nograd --num-stages 1   # a failing case without pipelining
+    python benchmarks/scan_crash_repro.py --tokens 21,33                  # one chunk (loop-free code) and two
     python benchmarks/scan_crash_repro.py --device cpu --batches 2 --last-batches 1,1 --workers 2   # smoke test
                                                                  # (Triton's interpreter, minutes)
 
@@ -47,14 +48,15 @@ from triton.runtime.errors import OutOfResources
 MODES = ("nograd", "grad", "epoch")
 VALUE_BLOCKS = ("auto", "64", "fallback")
 LAST_BATCHES = "168,86"  # ml-100k's last training and last validation batch, at batches of 256
-HEAD_WIDTH, TOKENS, HEADS = 128, 21, 2
+HEAD_WIDTH, HEADS = 128, 2
+TOKENS = "21"  # the authors' protocol's 1 + 20 neighbours: one partial chunk of 32
 TOLERANCE = 1e-4  # relative, fp32 against the naive loop
 
 
-def scan_inputs(B: int, L: int, device: str, grad: bool, seed: int = 0) -> dict:
+def scan_inputs(B: int, T: int, L: int, device: str, grad: bool, seed: int = 0) -> dict:
     """fp32 inputs like the backbone's: unit-norm q and k, log-decays < 0, beta in (0, 1); rank-L writes if L."""
     gen = torch.Generator().manual_seed(seed)
-    T, H, K = TOKENS, HEADS, HEAD_WIDTH
+    H, K = HEADS, HEAD_WIDTH
 
     def randn(*shape):
         return torch.randn(*shape, generator=gen)
@@ -108,9 +110,9 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run_scan(B: int, grad: bool, value_block: str, L: int, device: str) -> float:
+def run_scan(B: int, T: int, grad: bool, value_block: str, L: int, device: str) -> float:
     """One scan (with its backward when ``grad``) against the naive loop; returns the largest relative error."""
-    inputs = scan_inputs(B, L, device, grad, seed=B)
+    inputs = scan_inputs(B, T, L, device, grad, seed=B)
     scan = functools.partial(triton_chunk.triton_delta_scan, value_block=64 if value_block == "64" else None)
     arguments = (inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"], inputs["extra_k"],
                  inputs["extra_v"], HEAD_WIDTH ** -0.5, None)
@@ -129,7 +131,7 @@ def run_scan(B: int, grad: bool, value_block: str, L: int, device: str) -> float
     return max(max_error((o, state), reference), max_error(grads, expected))
 
 
-def run_case(B: int, mode: str, value_block: str, L: int, device: str, last_batches: tuple[int, int],
+def run_case(B: int, T: int, mode: str, value_block: str, L: int, device: str, last_batches: tuple[int, int],
              overrides: dict) -> str:
     """The case's PASS line, or raises; ``epoch`` runs a run's sequence of batches in this process, with
     ``last_batches`` the last training and the last validation batch; ``overrides``: launch options of every
@@ -143,7 +145,7 @@ def run_case(B: int, mode: str, value_block: str, L: int, device: str, last_batc
              "epoch": [(B, True), (last_batches[0], True), (B, False), (last_batches[1], False)]}[mode]
     errors = []
     for batch, grad in steps:
-        errors.append(run_scan(batch, grad, value_block, L, device))
+        errors.append(run_scan(batch, T, grad, value_block, L, device))
         if not errors[-1] <= TOLERANCE:
             raise AssertionError(f"{'grad' if grad else 'nograd'} at B={batch}: relative error {errors[-1]:.2e} "
                                  f"above {TOLERANCE}")
@@ -151,8 +153,8 @@ def run_case(B: int, mode: str, value_block: str, L: int, device: str, last_batc
     return f"max relative error {max(errors):.1e}, value blocks used {blocks}"
 
 
-def case_name(B: int, mode: str, value_block: str, L: int) -> str:
-    return f"B={B} {mode} value_block={value_block} L={L}"
+def case_name(B: int, T: int, mode: str, value_block: str, L: int) -> str:
+    return f"B={B} T={T} {mode} value_block={value_block} L={L}"
 
 
 def launch_overrides(arguments) -> dict:
@@ -162,10 +164,10 @@ def launch_overrides(arguments) -> dict:
 
 
 def child(arguments) -> int:
-    B, mode, value_block, L, last_training, last_validation = arguments.case.split(",")
+    B, T, mode, value_block, L, last_training, last_validation = arguments.case.split(",")
     try:
-        line = run_case(int(B), mode, value_block, int(L), arguments.device, (int(last_training), int(last_validation)),
-                        launch_overrides(arguments))
+        line = run_case(int(B), int(T), mode, value_block, int(L), arguments.device,
+                        (int(last_training), int(last_validation)), launch_overrides(arguments))
     except Exception as error:  # the CUDA error (or a wrong result) is the case's report
         print(f"FAIL {type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}",
               flush=True)
@@ -206,6 +208,8 @@ def main() -> int:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                         help="cpu: Triton's interpreter (TRITON_INTERPRET=1), for a smoke test at tiny batches")
     parser.add_argument("--batches", default="256,168,86", help="comma list of batch sizes B")
+    parser.add_argument("--tokens", default=TOKENS, help="comma list of sequence lengths T (21: one partial chunk, "
+                        "the kernels compiled for one chunk; 33 or 64: two chunks, a loop over them)")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma list of {MODES}")
     parser.add_argument("--value-blocks", default=",".join(VALUE_BLOCKS), help=f"comma list of {VALUE_BLOCKS}")
     parser.add_argument("--last-batches", default=LAST_BATCHES,
@@ -218,7 +222,7 @@ def main() -> int:
                         "stages (1: no software pipelining of the chunk loop's loads; default: Triton's)")
     parser.add_argument("--num-warps", type=int, help="launch every kernel of the scan with this many warps")
     parser.add_argument("--wrap", default="", help="command the case processes run under, e.g. compute-sanitizer")
-    parser.add_argument("--case", help=argparse.SUPPRESS)  # B,mode,value_block,L,last batches: one case, here
+    parser.add_argument("--case", help=argparse.SUPPRESS)  # B,T,mode,value_block,L,last batches: one case, here
     arguments = parser.parse_args()
     if arguments.case:
         return child(arguments)
@@ -228,17 +232,18 @@ def main() -> int:
             parser.error(f"option {name}: expected a comma list of {', '.join(known)}, got {','.join(values)}")
     try:
         batches = [int(b) for b in arguments.batches.split(",")]
+        tokens = [int(T) for T in arguments.tokens.split(",")]
         extra = [int(L) for L in arguments.extra_writes.split(",")]
         arguments.last_batches = [int(b) for b in arguments.last_batches.split(",")]
     except ValueError:
-        parser.error("options --batches, --extra-writes and --last-batches take comma lists of integers")
+        parser.error("options --batches, --tokens, --extra-writes and --last-batches take comma lists of integers")
     if len(arguments.last_batches) != 2 or min(arguments.last_batches) < 1:
         parser.error(f"option --last-batches: expected two batch sizes >= 1, got {arguments.last_batches}")
-    if min(batches) < 1 or min(extra) < 0 or arguments.repeats < 1 or arguments.workers < 1:
-        parser.error("batches and --repeats/--workers must be >= 1, --extra-writes >= 0")
+    if min(batches) < 1 or min(tokens) < 1 or min(extra) < 0 or arguments.repeats < 1 or arguments.workers < 1:
+        parser.error("options --batches, --tokens, --repeats and --workers must be >= 1, --extra-writes >= 0")
     if (arguments.num_stages or 1) < 1 or arguments.num_warps not in (None, 1, 2, 4, 8, 16):
         parser.error("option --num-stages must be >= 1 and --num-warps one of 1, 2, 4, 8, 16")
-    cases = list(itertools.product(batches, modes, blocks, extra)) * arguments.repeats
+    cases = list(itertools.product(batches, tokens, modes, blocks, extra)) * arguments.repeats
     mps = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
     options = launch_overrides(arguments) or "the kernels' own"
     print(f"torch {torch.__version__}, triton {triton.__version__}, {len(cases)} cases, launch options {options}"
