@@ -15,15 +15,15 @@ client's fatal fault to every client on the GPU), and prints one PASS / FAIL lin
     python benchmarks/scan_crash_repro.py --device cpu --batches 2 --last-batches 1,1 --workers 2   # smoke test
                                                                  # (Triton's interpreter, minutes)
 
-Cases (batch B, mode, value block, extra writes L): ``nograd`` is the validation pass's forward (no chunk states
-stored); ``grad`` a training step's forward and backward; ``epoch`` one process running what a run does in turn
-(grad at B, grad at the last training batch, nograd at B, nograd at the last validation batch: --last-batches,
-168 and 86 by default). Value
-block ``auto`` is what the scan picks (``_value_block``: 128 at B = 256 and 168, 64 at B = 86), ``64`` forces
-64 in both passes, ``fallback`` keeps the forward's block and refuses backward blocks above 64 with
-OutOfResources, as the GPU does for the L > 0 backward (``fitting_value_block``). L = 0 is gated_deltanet,
-L = 3 prism. Each case also checks o, the final state and (grad) the input gradients against the per-token
-reference (kernels/naive.py), so a silent corruption fails too. Exit status 1 when any case fails.
+Cases (batch B, length T, mode, value block, extra writes L): ``nograd`` is the validation pass's forward (no
+chunk states stored); ``grad`` a training step's forward and backward; ``epoch`` one process running what a run
+does in turn (grad at B, grad at the last training batch, nograd at B, nograd at the last validation batch:
+--last-batches, 168 and 86 by default). Value block ``auto`` is what the scan picks (``_value_block``: 128 at
+B = 256 and 168, 64 at B = 86), ``64`` forces 64 in both passes, ``fallback`` keeps the forward's block and
+refuses backward blocks above 64 with OutOfResources, as the GPU does when a backward needs more shared memory
+than it has (``fitting_value_block``). L = 0 is gated_deltanet, L = 3 prism. Each case also checks o, the final
+state and (grad) the input gradients against the per-token reference (kernels/naive.py), so a silent
+corruption fails too. Exit status 1 when any case fails.
 """
 
 from __future__ import annotations
