@@ -102,6 +102,66 @@ def test_triton_matches_naive_at_head_width_64():
     assert_close_to(run_with_grads(inputs, "triton"), run_with_grads(inputs, "naive"), rtol=1e-4)
 
 
+INTERPRETED = HAS_TRITON and not torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not INTERPRETED, reason="checks the accesses of Triton's interpreter (CPU, no CUDA device)")
+def test_interpreter_bounds_record_a_read_past_a_tensor():
+    """The access recorder flags a load one element past its tensor and nothing for a masked one."""
+    import triton
+    import triton.language as tl
+    from interpreter_bounds import recording_accesses
+
+    @triton.jit
+    def copy(x_ptr, y_ptr, n, past, BLOCK: tl.constexpr):
+        i = tl.arange(0, BLOCK)
+        tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n + past, other=0.0), mask=i < n)
+
+    x, y = torch.randn(10), torch.empty(10)
+    with recording_accesses() as violations:
+        copy[(1,)](x, y, 10, 0, BLOCK=16)
+        assert violations == []
+        copy[(1,)](x, y, 10, 1, BLOCK=16)
+    assert len(violations) == 1 and "copy load" in violations[0] and "('x_ptr', 0, 40)" in violations[0]
+
+
+@pytest.mark.skipif(not INTERPRETED, reason="checks the accesses of Triton's interpreter (CPU, no CUDA device)")
+@pytest.mark.parametrize("B, T, L, with_grad, value_block", [
+    (3, 21, 0, False, None),   # the authors' protocol's validation forward: one partial chunk of 32, 3 value blocks
+    (3, 21, 0, True, 128),     # its training step with the whole value width in one block
+    (1, 21, 0, True, 64),      # two value blocks: the key-side partial sums in two slots
+    (3, 33, 2, True, None),    # a full chunk then one token, PRISM's extra writes
+    (1, 64, 2, False, 128),    # two full chunks, no grad
+])
+def test_triton_stays_inside_its_tensors_at_head_width_128(B, T, L, with_grad, value_block, monkeypatch):
+    """K = V = 128 (chunks of 32, key and value tiles 128 wide): every load and store of every launch,
+    forward (with and without the chunk states kept for a backward) and backward, stays inside one tensor
+    argument, and the results are the recurrence's."""
+    import functools
+
+    from interpreter_bounds import recording_accesses
+    from prism_rec.kernels import triton_chunk
+
+    monkeypatch.setattr(triton_chunk, "triton_delta_scan",
+                        functools.partial(triton_chunk.triton_delta_scan, value_block=value_block))
+    inputs = make_inputs(B=B, T=T, H=2, K=128, V=128, L=L, with_beta=True, with_initial_state=with_grad, seed=T)
+    if not with_grad:
+        inputs = {n: None if x is None else x.detach() for n, x in inputs.items()}
+    with recording_accesses() as violations:
+        if with_grad:
+            result = run_with_grads(inputs, "triton")
+        else:
+            o, state = delta_scan(**inputs, output_final_state=True, backend="triton")
+            result = {"o": o, "final_state": state}
+    assert violations == []
+    if with_grad:
+        expected = run_with_grads(inputs, "naive")
+    else:
+        o, state = delta_scan(**inputs, output_final_state=True, backend="naive")
+        expected = {"o": o, "final_state": state}
+    assert_close_to(result, expected, rtol=1e-4)
+
+
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
 def test_chunk_length_rule():
     """Chunks of 16 up to key width 64 (timed faster there), else 32 once T > 16."""
