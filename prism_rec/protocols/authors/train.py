@@ -34,8 +34,9 @@ from .model import CHANNEL, POP, LinkModel, check_model, head_width
 
 VALID_NEGATIVE_SEED, TEST_NEGATIVE_SEED = 0, 2  # train_link_prediction.py:81, 83
 # The models whose graphed step trains their eager one on the H200 (results/authors_step.md). The backbones on
-# the project's Triton scan (prism, gated_deltanet, mamba2) are not among them: graphed, their runs died there
-# with an illegal memory access (results/authors_step.md says what was seen), so by default they train eager.
+# the project's Triton scan (prism, gated_deltanet, mamba2) are not among them: their grid runs died there with
+# an illegal memory access, graphed and eager (results/authors_step.md says what was seen; cause not found),
+# so by default they train eager.
 GRAPHED_MODELS = frozenset({"sasrec", "gdn-authors", "prism-authors"})
 
 
