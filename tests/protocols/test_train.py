@@ -140,6 +140,8 @@ def test_only_the_checked_models_replay_cuda_graphs_by_default():
         graphed = model in GRAPHED_MODELS
         assert step_kind(model, "cuda") == ("cuda graphs" if graphed else "eager")
         assert step_kind(model, "cpu") == "eager"
+        assert step_kind(model, "auto") == step_kind(model, "cuda" if torch.cuda.is_available() else "cpu")
+        assert step_kind(model, torch.device("cuda", 1)) == step_kind(model, "cuda")
         assert step_kind(model, "cuda", graphs=False) == "eager"
         assert step_kind(model, "cuda", graphs=True) == ("eager" if model == "pop" else "cuda graphs")
 

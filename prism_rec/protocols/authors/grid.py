@@ -9,11 +9,10 @@ continues an interrupted or budgeted grid. After every finished run the design i
 can start (a finished rate grid releases its other seeds); the campaign holds every run that can, and a
 free worker takes the first of them in the design's priority order that is expected to end in time
 (``_Priority``), by the mean time of the manifest's runs of its model with the same step (eager or CUDA
-graphs; ``expected_seconds``); a run without such an estimate starts unestimated.
-A run still training when the budget ends stops at the end of
-its epoch and is dropped (abandoned), to be trained again by the next call; a run that fails is reported
-and left for the next call. Each worker process reads the edge tasks once (``_task``; on a Dask cluster
-the raw files must be at ``raw_dir``, or the default folder, on every worker).
+graphs; ``expected_seconds``); a run without such an estimate starts unestimated. A run still training when
+the budget ends stops at the end of its epoch and is dropped (abandoned), to be trained again by the next call;
+a run that fails is reported and left for the next call. Each worker process reads the edge tasks once
+(``_task``; on a Dask cluster the raw files must be at ``raw_dir``, or the default folder, on every worker).
 """
 
 from __future__ import annotations
@@ -150,8 +149,7 @@ def run_grid(out: Path, design: Design, budget: float | None, device: str = "aut
     for dataset in design.datasets:  # refusals before any run; the runs of this process read these
         _task(dataset, min_user_edges, raw_dir)
     manifest = Manifest(out / MANIFEST, key=lambda row: identity(row["dataset"], row["config"]))
-    cuda = executor.job_device.startswith("cuda") or executor.job_device == "auto" and torch.cuda.is_available()
-    priority = _Priority(design, manifest, deadline, lambda model: step_kind(model, "cuda" if cuda else "cpu", graphs))
+    priority = _Priority(design, manifest, deadline, lambda model: step_kind(model, executor.job_device, graphs))
     in_process = isinstance(executor, LocalExecutor) and executor.workers == 1
     threads = torch.get_num_threads()
 

@@ -41,9 +41,10 @@ GRAPHED_MODELS = frozenset({"sasrec", "gdn-authors", "prism-authors"})
 
 
 def step_kind(model: str, device: torch.device | str, graphs: bool | None = None) -> str:
-    """How ``model`` trains on ``device``: "cuda graphs" or "eager". ``graphs`` None: graphs on CUDA for
-    GRAPHED_MODELS; True or False: as it says (True off CUDA is refused by ``run``)."""
-    on_cuda = torch.device(device).type == "cuda"
+    """How ``model`` trains on ``device`` (a torch device or a --device name; "auto": CUDA when present here):
+    "cuda graphs" or "eager". ``graphs`` None: graphs on CUDA for GRAPHED_MODELS; True or False: as it says (True
+    off CUDA is refused by ``run``)."""
+    on_cuda = str(device).startswith("cuda") or device == "auto" and torch.cuda.is_available()
     graphed = on_cuda and model in GRAPHED_MODELS if graphs is None else graphs
     return "cuda graphs" if graphed and model != POP else "eager"
 
