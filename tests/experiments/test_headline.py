@@ -299,7 +299,7 @@ def test_time_estimates_follow_the_planned_concurrency_and_the_epochs_of_the_rat
     interactions = {"ml-100k": 1000, "yelp-iclrec": 1000}
     expected, basis, timed = driver.estimate_seconds(jobs, seen, interactions, hashes, 7.0)
     assert timed and expected[sasrec.label] == pytest.approx(3.5 * 20)  # 3.5 s per epoch x its own 20 epochs
-    assert basis[sasrec.label] == "seen" and basis[fresh.label] == "scaled"
+    assert basis[sasrec.label] == "seen" and basis[fresh.label] == "other dataset"  # ml-100k's sasrec, carried
     assert expected[slow.label] == pytest.approx(3.5 * 50)  # the dataset's 50 epochs at 3e-4
     assert expected[fresh_slow.label] / expected[fresh.label] == pytest.approx(50 / 20)  # any dataset's, per rate
     seen.pop()  # no run at 3e-4 left: any run's epochs (20, 20, 80: median 20)
@@ -322,6 +322,33 @@ def test_time_estimates_prefer_runs_in_the_jobs_compile_mode():
     expected, basis, _ = driver.estimate_seconds([compiled], [eager_run, compiled_run], {"ml-100k": 1000},
                                                  hashes, 7.0)
     assert expected[compiled.label] == pytest.approx(100.0) and basis[compiled.label] == "seen"
+
+
+def test_time_estimates_of_a_new_width_come_from_the_same_width_on_another_dataset():
+    """A (backbone, width) with no run on the job's dataset is timed from its runs on another dataset, per
+    interaction, not from parameters: a model four times wider has 16x the parameters, not 16x the time."""
+    def job(dataset, model, width):
+        config = protocol.training_config(dataset, model, 0, "cpu", {}, 1e-3)
+        return driver.HeadlineJob(dataset, model, config, f"hash-{dataset}-{model}-{width}", "", width=width)
+
+    wide = job("books-dealrec", "prism", "d256")
+    def run(dataset, width, seconds):
+        return {"dataset": dataset, "model": "prism", "width": width, "config_hash": f"hash-{dataset}-prism-{width}",
+                "wall_seconds": seconds, "epochs_run": 10, "lr": 1e-3, "jobs_per_device": 7.0}
+
+    runs = [run("yelp-iclrec", "d256", 300.0), run("books-dealrec", "d64", 100.0)]
+    hashes = {entry["config_hash"] for entry in runs} | {wide.run_hash}
+    interactions = {"yelp-iclrec": 1000, "books-dealrec": 3000}
+    expected, basis, _ = driver.estimate_seconds([wide], runs, interactions, hashes, 7.0)
+    assert basis[wide.label] == "other dataset"
+    assert expected[wide.label] == pytest.approx(30.0 * 3 * 10)  # 30 s per epoch on yelp, 3x the interactions
+    # prism d64 seen on both datasets: yelp's epochs take half as long as books' (not a third, as interactions say)
+    runs.append(run("yelp-iclrec", "d64", 50.0))
+    hashes.add("hash-yelp-iclrec-prism-d64")
+    expected, _, _ = driver.estimate_seconds([wide], runs, interactions, hashes, 7.0)
+    assert expected[wide.label] == pytest.approx(30.0 * 2 * 10)
+    expected, basis, _ = driver.estimate_seconds([wide], runs[1:2], interactions, hashes, 7.0)
+    assert basis[wide.label] == "scaled"
 
 
 def test_eager_models_train_with_compile_off_under_the_same_hashes():

@@ -16,7 +16,8 @@ to ``DIR/headline.records.jsonl`` (a full run record, see records.py), ``DIR/hea
 ``DIR/headline_v2_case_ranks.jsonl`` (its per-test-user ranks, case_ranks.py). Runs already in that
 manifest with the same settings are skipped, so a later call over a copy of the manifest continues the
 grid. Jobs go tuning runs first, then the runs at chosen rates, longest-first within each (the wall time
-seen earlier for the same cell, else interactions x backbone parameters scaled by the times seen), so
+seen earlier for the same cell, else that of the same backbone and width on another dataset scaled by
+interactions, else interactions x backbone parameters scaled by the times seen), so
 the short ones fill the end of a budget. With ``--budget`` seconds
 a job starts only when that estimate (once any time has been seen), corrected by how long this call's
 finished runs of the same backbone, or of the same kind of estimate, took against theirs, ends before
@@ -178,6 +179,28 @@ def diverged_entry(job: HeadlineJob) -> dict:
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+def dataset_ratio(target: str, source: str, by_pair: dict, interactions: dict[str, int]) -> float | None:
+    """How much longer an epoch of ``target`` takes than one of ``source``: the median ratio over the models
+    seen on both (``by_pair``: seconds per epoch per (dataset, model)), else the interactions' ratio."""
+    ratios = [statistics.fmean(seconds) / statistics.fmean(by_pair[(source, model)])
+              for (dataset, model), seconds in by_pair.items() if dataset == target and (source, model) in by_pair]
+    if ratios:
+        return statistics.median(ratios)
+    return interactions[target] / interactions[source] if source in interactions else None
+
+
+def carried_seconds(job: HeadlineJob, mode: str, by_pair: dict, per_epoch: dict,
+                    interactions: dict[str, int]) -> list[float]:
+    """Seconds per epoch of the job's (model, width) on each other dataset (in ``mode`` where seen there),
+    carried over to the job's dataset by dataset_ratio."""
+    figures = []
+    for (dataset, model), seconds in by_pair.items():
+        ratio = dataset_ratio(job.dataset, dataset, by_pair, interactions) if model == (job.model, job.width) else None
+        if ratio is not None:
+            figures.append(statistics.fmean(per_epoch.get((dataset, model, mode)) or seconds) * ratio)
+    return figures
+
+
 def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions: dict[str, int],
                      grid_hashes: set[str], jobs_per_device: float
                      ) -> tuple[dict[str, float], dict[str, str], bool]:
@@ -185,7 +208,11 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
     not, the figures only rank the jobs). Seconds per epoch come from the same (dataset, model) in
     ``manifest`` among runs with the grid's settings (``grid_hashes``: the settings hash of every cell, any
     seed): in the job's compile mode (basis "seen") if such runs exist, else in another mode ("other mode");
-    else interactions x backbone parameters times the median seconds per epoch and unit seen ("scaled").
+    else the same (model, width) on another dataset, in the job's mode where seen, times the median ratio of
+    the two datasets' seconds per epoch over the models seen on both (the interactions' ratio where none is)
+    ("other dataset"; parameters are a poor guide across widths: a step four times wider costs far less than
+    its 16x parameters); else interactions x backbone parameters times the median seconds per epoch and unit
+    seen ("scaled").
     Epochs: the median of the runs of the same (dataset, model, rate), else of the same (dataset, rate) (a
     lower rate trains for more epochs before its patience runs out), else of that rate on any dataset, else
     of any run. A time seen while ``jobs_per_device`` of the entry ran at once on its GPU counts in
@@ -211,6 +238,7 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
               for (d, m), seconds in by_pair.items() if d in interactions and parameters.get(m)]  # pop has none
     scale = statistics.median(scales) if scales else 1.0
 
+
     def expected_epochs(job: HeadlineJob) -> float:
         def seen(dataset: str | None, model: str | None, lr: float | None) -> list[int]:
             return [n for (d, m, r), runs in epochs.items() if dataset in (None, d) and model in (None, m)
@@ -227,10 +255,17 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
             mode = resolve_compile(mode, resolve_device(job.config.device), backbone=job.model, loss=job.config.loss)
         same_mode = per_epoch.get((job.dataset, (job.model, job.width), mode))
         any_mode = by_pair.get((job.dataset, (job.model, job.width)))
-        per = statistics.fmean(same_mode or any_mode) if any_mode else (
-            scale * interactions[job.dataset] * parameters[(job.model, job.width)])
+        carried = [] if any_mode else carried_seconds(job, mode, by_pair, per_epoch, interactions)
+        if any_mode:
+            per = statistics.fmean(same_mode or any_mode)
+            basis[job.label] = "seen" if same_mode else "other mode"
+        elif carried:
+            per = statistics.median(carried)
+            basis[job.label] = "other dataset"
+        else:
+            per = scale * interactions[job.dataset] * parameters[(job.model, job.width)]
+            basis[job.label] = "scaled"
         seconds[job.label] = per * expected_epochs(job)
-        basis[job.label] = "seen" if same_mode else "other mode" if any_mode else "scaled"
     return seconds, basis, bool(scales)
 
 
@@ -247,8 +282,8 @@ def order_jobs(jobs: list[HeadlineJob], expected: dict[str, float],
 class CorrectedEstimates:
     """Expected seconds of a job: its prior estimate times the median ratio of actual to prior seconds among
     the runs finished so far in this call of the same (dataset, model), once one has; else among those
-    whose prior had the same basis (estimate_seconds: "seen", "other mode", "scaled"), once ``MIN_RUNS``
-    have; else the prior. Each basis errs its own way (a time measured eager is too long for a compiled
+    whose prior had the same basis (estimate_seconds: "seen", "other mode", "other dataset", "scaled"), once
+    ``MIN_RUNS`` have; else the prior. Each basis errs its own way (a time measured eager is too long for a compiled
     run, a time scaled from another backbone's may be off either way, and the concurrency scaling of
     either is approximate), so one basis's ratio never corrects another's, and waiting for a few runs
     keeps the first, shortest ones from setting it alone."""
