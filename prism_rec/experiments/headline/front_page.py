@@ -28,6 +28,7 @@ from .verdicts import MC_MARGIN, N_MOST, N_START, Comparison, direction
 
 VERDICTS = "[verdicts per dataset](#verdicts-per-dataset)"
 MOVED = "[what moved from v2](#what-moved-from-v2)"
+V2_PAGE = "[v2/README.md](v2/README.md)"
 WIDTH_STUDY = "[width study](#width-study)"
 
 
@@ -61,6 +62,9 @@ def dataset_section(table: DatasetResults) -> str:
     if table.incomplete:
         lines.append(f"- **Incomplete**: {_incomplete_text(table)}"
                      + ("; best − second ranks only the backbones with table runs." if table.best else "."))
+    if table.not_run:
+        lines.append(f"- **Not run under {V3.name} yet** (not ranked here; v2's tables: {V2_PAGE}): "
+                     f"{', '.join(table.not_run)}.")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -204,11 +208,34 @@ def _incomplete_finding(results: Results) -> str:
             + "; ".join(f"{t.dataset} {t.width}: {_incomplete_text(t)}" for t in open_) + f" ({VERDICTS}).")
 
 
+def _not_run_finding(results: Results) -> str:
+    """Which backbones of the grid no table has started, grouped by the datasets they lack."""
+    lacking: dict[str, list[str]] = collections.defaultdict(list)
+    for table in results.datasets:
+        for model in table.not_run:
+            lacking[model].append(f"{table.dataset} {table.width}")
+    if not lacking:
+        return f"**Every backbone of the grid has runs under {V3.name} on every table**."
+    groups: dict[tuple[str, ...], list[str]] = collections.defaultdict(list)
+    for model, tables in lacking.items():
+        groups[tuple(tables)].append(model)
+    every = {width: [f"{t.dataset} {width}" for t in results.at(width)] for width in V3.widths}
+
+    def where(tables: tuple[str, ...]) -> str:
+        width = next((w for w, named in every.items() if list(tables) == named), None)
+        return f"all {len(tables)} {width} tables" if width else ", ".join(tables)
+
+    return (f"**Backbones not run under {V3.name} yet** (not ranked by its tables, so best − second is among those "
+            f"ranked; their v2 numbers: {V2_PAGE}): "
+            + "; ".join(f"{', '.join(models)} on {where(tables)}" for tables, models in groups.items())
+            + f" ({VERDICTS}).")
+
+
 def findings(results: Results) -> str:
     """The front page's findings, a numbered line each."""
     base = results.at(WIDTH)
     lines = [*(_pair_finding(base, a, b) for a, b in PAIRS), _best_finding(base), _width_finding(results),
-             _moved_finding(results), _incomplete_finding(results)]
+             _moved_finding(results), _incomplete_finding(results), _not_run_finding(results)]
     return "\n".join(f"{number}. {line}" for number, line in enumerate(lines, start=1))
 
 

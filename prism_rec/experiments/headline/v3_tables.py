@@ -1,7 +1,7 @@
 """The v3 results, from the v3 manifest (its own runs and the v2 runs it reused) and the case-ranks files of both
 protocols, computed once by ``analyse``: per width preset (v3.py) and dataset the table cells, the family of
 comparisons (PRISM − Gated DeltaNet, PRISM − SASRec, best − second; verdicts.py), the cells still incomplete and
-why, v2's paired differences for the same pairs, and what moved from v2 (rates, ranks).
+why, the backbones not run yet, v2's paired differences for the same pairs, and what moved from v2 (rates, ranks).
 
 ``markdown`` writes results/headline_v3.md, the detail page: per width the final rate grid of every (dataset, base
 backbone) cell with its choice, cells still at an edge flagged, and v2's choice beside it; per dataset the test AUC
@@ -127,6 +127,14 @@ def incomplete_cells(cells: dict, entries: list[dict], dataset: str, width: str)
     return reasons
 
 
+def not_run(entries: list[dict], incomplete: dict[str, str], dataset: str, width: str) -> list[str]:
+    """The registered backbones the grid trains at ``width`` (its preset's list, else every one) with no run on
+    ``dataset`` there and not already named by incomplete_cells (a backbone whose v3 grid has not started)."""
+    preset = V3.widths[width]
+    ran = {e["model"] for e in entries if e["dataset"] == dataset}
+    return [m for m in (preset.models or registry.list_backbones()) if m not in ran and m not in incomplete]
+
+
 def ranks_moved(cells: dict, v2_cells: dict, dataset: str) -> tuple[int, int]:
     """How many of the backbones ranked in both protocols on ``dataset`` hold another place among them in v3
     than in v2, and how many are ranked in both (a backbone new in v3 moves no one)."""
@@ -194,6 +202,7 @@ class DatasetResults:
     comparisons: list[Comparison]
     best: set[str]  # the best − second pair ({} under two ranked backbones)
     incomplete: dict[str, str]  # backbone -> why its table runs are not complete (incomplete_cells)
+    not_run: list[str]  # the grid's backbones with no run here yet (not_run)
     v2: dict[tuple[str, str], PairedDifference]  # v2's differences for PAIRS (base width only)
     ranks_moved: tuple[int, int]  # (moved, ranked in both protocols) (ranks_moved); (0, 0) off the base width
 
@@ -239,9 +248,10 @@ def analyse(manifest: list[dict], case_rank_rows: list[dict], metrics: tuple[str
             has_runs = any(d == dataset for d, _ in cells)
             table = auc_table(cells, v2_cells if base else {}, models, dataset, metrics) if has_runs else ""
             comparisons, best = _comparisons(cells, dataset)
+            incomplete = incomplete_cells(cells, mine, dataset, width)
             results.append(DatasetResults(
                 width, dataset, table,
-                comparisons, best, incomplete_cells(cells, mine, dataset, width),
+                comparisons, best, incomplete, not_run(mine, incomplete, dataset, width),
                 v2_differences(v2_cells, dataset) if base else {},
                 ranks_moved(cells, v2_cells, dataset) if base else (0, 0)))
     return Results(entries, v2_entries, table_runs, tuned, results)
