@@ -1,0 +1,55 @@
+"""benchmarks/grid_epochs.py: epoch costs per compile mode from a manifest, checked against sums by hand."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def grid_epochs():
+    spec = importlib.util.spec_from_file_location("grid_epochs", BENCHMARKS / "grid_epochs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def entry(model, mode, wall, epochs, jobs, width="d64", dataset="ml-100k"):
+    line = {"dataset": dataset, "model": model, "width": width, "wall_seconds": wall, "epochs_run": epochs,
+            "jobs_per_device": jobs}
+    return line if mode is None else {**line, "compile": mode}
+
+
+def test_epoch_costs_are_medians_per_mode_and_the_whole_step_ratio_is_against_the_cheapest_other_mode(tmp_path):
+    module = grid_epochs()
+    entries = [entry("prism", None, 100.0, 10, 10.0),  # no compile field: an eager run from before the option
+               entry("prism", "off", 300.0, 10, 10.0), entry("prism", "off", 200.0, 10, 10.0),
+               entry("prism", "cudagraphs", 60.0, 10, 12.0),
+               entry("prism", "step-graphs", 90.0, 10, 6.0), entry("prism", "step-graphs", 150.0, 10, 6.0),
+               entry("sasrec", "off", 50.0, 5, 8.0),  # one mode only: not listed
+               {**entry("prism", "off", 0.0, 0, 8.0), "wall_seconds": None}]  # diverged: no time
+    cells = module.epoch_costs(entries)
+    prism = cells[("ml-100k", "d64", "prism")]
+    assert prism["off"] == {"runs": 3, "jobs": 10.0, "seconds": 20.0, "share": 2.0}  # medians of 10, 30, 20 s
+    assert prism["step-graphs"] == {"runs": 2, "jobs": 6.0, "seconds": 12.0, "share": 2.0}  # (9 + 15) / 2
+    assert prism["cudagraphs"]["share"] == 0.5
+    [(key, mode, best, share, wall)] = module.whole_step_ratios(cells)
+    assert (key, mode, best) == (("ml-100k", "d64", "prism"), "step-graphs", "cudagraphs")
+    assert share == 2.0 / 0.5 and wall == 12.0 / 6.0
+    manifest, out = tmp_path / "manifest.jsonl", tmp_path / "step_grid.md"
+    manifest.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    assert module.main(["--manifest", str(manifest), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| ml-100k | d64 | prism | step-graphs | 2 | 6 | 12.0 | 2.00 |" in text and "| sasrec |" not in text
+    assert "| ml-100k | d64 | prism | step-graphs | cudagraphs | 4.0x | 2.0x |" in text
+    assert "larger in 1 of 1 cells, its wall seconds per epoch in 1." in text
+
+
+def test_a_missing_or_empty_manifest_is_refused_naming_the_option(tmp_path, capsys):
+    module = grid_epochs()
+    out = tmp_path / "step_grid.md"
+    assert module.main(["--manifest", str(tmp_path / "absent.jsonl"), "--out", str(out)]) == 2
+    assert "option --manifest: no file" in capsys.readouterr().err and not out.exists()
+    (tmp_path / "empty.jsonl").write_text("")
+    assert module.main(["--manifest", str(tmp_path / "empty.jsonl"), "--out", str(out)]) == 2
+    assert "holds no runs" in capsys.readouterr().err and not out.exists()
