@@ -349,6 +349,10 @@ def test_time_estimates_of_a_new_width_come_from_the_same_width_on_another_datas
     assert expected[wide.label] == pytest.approx(30.0 * 2 * 10)
     expected, basis, _ = driver.estimate_seconds([wide], runs[1:2], interactions, hashes, 7.0)
     assert basis[wide.label] == "scaled"
+    # a call over books alone: yelp's runs (hashes it cannot check) still carry over, by the ratio of prism d64
+    books_only, books_hashes = {"books-dealrec": 3000}, {wide.run_hash, "hash-books-dealrec-prism-d64"}
+    expected, basis, _ = driver.estimate_seconds([wide], runs, books_only, books_hashes, 7.0)
+    assert basis[wide.label] == "other dataset" and expected[wide.label] == pytest.approx(30.0 * 2 * 10)
 
 
 def test_eager_models_train_with_compile_off_under_the_same_hashes():

@@ -207,7 +207,9 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
     """Expected wall seconds per job label, the basis of each figure, and whether any time was seen (if
     not, the figures only rank the jobs). Seconds per epoch come from the same (dataset, model) in
     ``manifest`` among runs with the grid's settings (``grid_hashes``: the settings hash of every cell, any
-    seed): in the job's compile mode (basis "seen") if such runs exist, else in another mode ("other mode");
+    seed; the runs of a dataset outside this call, not in ``interactions``, cannot be checked so and count as
+    the protocol's, whose manifest holds them): in the job's compile mode (basis "seen") if such runs exist,
+    else in another mode ("other mode");
     else the same (model, width) on another dataset, in the job's mode where seen, times the median ratio of
     the two datasets' seconds per epoch over the models seen on both (the interactions' ratio where none is)
     ("other dataset"; parameters are a poor guide across widths: a step four times wider costs far less than
@@ -220,7 +222,8 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
     per_epoch: dict[tuple[str, tuple[str, str], str], list[float]] = {}  # a model is (backbone, width)
     epochs: dict[tuple[str, tuple[str, str], float], list[int]] = {}
     for entry in manifest:
-        if entry["config_hash"] in grid_hashes and "wall_seconds" in entry:  # diverged runs have no time
+        grid_run = entry["config_hash"] in grid_hashes or entry["dataset"] not in interactions
+        if grid_run and "wall_seconds" in entry:  # diverged runs have no time
             sharing = jobs_per_device / entry.get("jobs_per_device", jobs_per_device)
             mode = entry.get("compile") or "off"  # runs before the compile option trained eager
             model = (entry["model"], width_of(entry))
