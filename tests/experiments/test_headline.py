@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import statistics
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -322,6 +323,24 @@ def test_time_estimates_prefer_runs_in_the_jobs_compile_mode():
     expected, basis, _ = driver.estimate_seconds([compiled], [eager_run, compiled_run], {"ml-100k": 1000},
                                                  hashes, 7.0)
     assert expected[compiled.label] == pytest.approx(100.0) and basis[compiled.label] == "seen"
+
+
+def test_time_estimates_carry_another_modes_time_over_by_the_ratio_seen_between_the_modes():
+    """A cell seen only eager is timed for cudagraphs by the ratio of the two modes in the cells seen in both."""
+    job = driver.HeadlineJob("yelp-iclrec", "sasrec", protocol.training_config(
+        "yelp-iclrec", "sasrec", 1, "cpu", {"compile": "cudagraphs"}, 1e-3), "hash-yelp", "")
+
+    def run(dataset, model, mode, seconds):
+        return {"dataset": dataset, "model": model, "config_hash": f"hash-{dataset}-{model}-{mode}", "compile": mode,
+                "wall_seconds": seconds, "epochs_run": 10, "lr": 1e-3, "jobs_per_device": 7.0}
+
+    runs = [run("yelp-iclrec", "sasrec", "off", 200.0),  # 20 s per epoch eager
+            run("ml-100k", "prism", "off", 100.0), run("ml-100k", "prism", "cudagraphs", 50.0),  # half the time
+            run("ml-100k", "mamba2", "off", 100.0), run("ml-100k", "mamba2", "cudagraphs", 30.0)]
+    hashes = {r["config_hash"] for r in runs} | {job.run_hash}
+    expected, basis, _ = driver.estimate_seconds([job], runs, {"yelp-iclrec": 1000, "ml-100k": 100}, hashes, 7.0)
+    assert basis[job.label] == "other mode"
+    assert expected[job.label] == pytest.approx(20.0 * statistics.median([0.5, 0.3]) * 10)
 
 
 def test_time_estimates_of_a_new_width_come_from_the_same_width_on_another_dataset():

@@ -189,15 +189,35 @@ def dataset_ratio(target: str, source: str, by_pair: dict, interactions: dict[st
     return interactions[target] / interactions[source] if source in interactions else None
 
 
+def mode_ratio(target: str, source: str, per_epoch: dict) -> float:
+    """How much longer an epoch takes in compile mode ``target`` than in ``source``: the median ratio over the
+    (dataset, model) cells seen in both (``per_epoch``: seconds per epoch per (dataset, model, mode)); 1 where
+    none is (the whole-step modes cost several times the encoder modes in the grid, results/step_grid.md)."""
+    ratios = [statistics.fmean(seconds) / statistics.fmean(per_epoch[(dataset, model, source)])
+              for (dataset, model, mode), seconds in per_epoch.items()
+              if mode == target and (dataset, model, source) in per_epoch]
+    return statistics.median(ratios) if ratios else 1.0
+
+
+def in_mode(dataset: str, model: tuple[str, str], mode: str, per_epoch: dict) -> float | None:
+    """Seconds per epoch of (dataset, model) in ``mode``: as seen, else the median of the other modes seen,
+    each carried over by mode_ratio; None where the cell has no run."""
+    if (dataset, model, mode) in per_epoch:
+        return statistics.fmean(per_epoch[(dataset, model, mode)])
+    figures = [statistics.fmean(seconds) * mode_ratio(mode, other, per_epoch)
+               for (d, m, other), seconds in per_epoch.items() if (d, m) == (dataset, model)]
+    return statistics.median(figures) if figures else None
+
+
 def carried_seconds(job: HeadlineJob, mode: str, by_pair: dict, per_epoch: dict,
                     interactions: dict[str, int]) -> list[float]:
-    """Seconds per epoch of the job's (model, width) on each other dataset (in ``mode`` where seen there),
-    carried over to the job's dataset by dataset_ratio."""
+    """Seconds per epoch of the job's (model, width) in ``mode`` (in_mode) on each other dataset, carried over to
+    the job's dataset by dataset_ratio."""
     figures = []
-    for (dataset, model), seconds in by_pair.items():
+    for dataset, model in by_pair:
         ratio = dataset_ratio(job.dataset, dataset, by_pair, interactions) if model == (job.model, job.width) else None
         if ratio is not None:
-            figures.append(statistics.fmean(per_epoch.get((dataset, model, mode)) or seconds) * ratio)
+            figures.append(in_mode(dataset, model, mode, per_epoch) * ratio)
     return figures
 
 
@@ -209,8 +229,8 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
     ``manifest`` among runs with the grid's settings (``grid_hashes``: the settings hash of every cell, any
     seed; the runs of a dataset outside this call, not in ``interactions``, cannot be checked so and count as
     the protocol's, whose manifest holds them): in the job's compile mode (basis "seen") if such runs exist,
-    else in another mode ("other mode");
-    else the same (model, width) on another dataset, in the job's mode where seen, times the median ratio of
+    else in the other modes seen, carried over by mode_ratio ("other mode"); else the same (model, width) on
+    another dataset, in the job's mode (in_mode), times the median ratio of
     the two datasets' seconds per epoch over the models seen on both (the interactions' ratio where none is)
     ("other dataset"; parameters are a poor guide across widths: a step four times wider costs far less than
     its 16x parameters); else interactions x backbone parameters times the median seconds per epoch and unit
@@ -256,12 +276,11 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
         mode = job.config.compile  # "auto": the mode fit will resolve it to
         if mode == "auto":
             mode = resolve_compile(mode, resolve_device(job.config.device), backbone=job.model, loss=job.config.loss)
-        same_mode = per_epoch.get((job.dataset, (job.model, job.width), mode))
-        any_mode = by_pair.get((job.dataset, (job.model, job.width)))
-        carried = [] if any_mode else carried_seconds(job, mode, by_pair, per_epoch, interactions)
-        if any_mode:
-            per = statistics.fmean(same_mode or any_mode)
-            basis[job.label] = "seen" if same_mode else "other mode"
+        here = in_mode(job.dataset, (job.model, job.width), mode, per_epoch)
+        carried = [] if here is not None else carried_seconds(job, mode, by_pair, per_epoch, interactions)
+        if here is not None:
+            per = here
+            basis[job.label] = "seen" if (job.dataset, (job.model, job.width), mode) in per_epoch else "other mode"
         elif carried:
             per = statistics.median(carried)
             basis[job.label] = "other dataset"
