@@ -344,8 +344,9 @@ def test_time_estimates_carry_another_modes_time_over_by_the_ratio_seen_between_
 
 
 def test_time_estimates_of_a_new_width_come_from_the_same_width_on_another_dataset():
-    """A (backbone, width) with no run on the job's dataset is timed from its runs on another dataset, per
-    interaction, not from parameters: a model four times wider has 16x the parameters, not 16x the time."""
+    """A (backbone, width) with no run on the job's dataset is timed from its runs on another dataset, scaled
+    by the datasets' ratio (interactions where no model ran on both), not from parameters: a model four times
+    wider has 16x the parameters, not 16x the time."""
     def job(dataset, model, width):
         config = protocol.training_config(dataset, model, 0, "cpu", {}, 1e-3)
         return driver.HeadlineJob(dataset, model, config, f"hash-{dataset}-{model}-{width}", "", width=width)
@@ -366,12 +367,43 @@ def test_time_estimates_of_a_new_width_come_from_the_same_width_on_another_datas
     hashes.add("hash-yelp-iclrec-prism-d64")
     expected, _, _ = driver.estimate_seconds([wide], runs, interactions, hashes, 7.0)
     assert expected[wide.label] == pytest.approx(30.0 * 2 * 10)
-    expected, basis, _ = driver.estimate_seconds([wide], runs[1:2], interactions, hashes, 7.0)
+    narrow = job("books-dealrec", "prism", "d64")  # a job of the call: its parameters set the scaling
+    expected, basis, _ = driver.estimate_seconds([wide, narrow], runs[1:2], interactions, hashes, 7.0)
     assert basis[wide.label] == "scaled"
     # a call over books alone: yelp's runs (hashes it cannot check) still carry over, by the ratio of prism d64
     books_only, books_hashes = {"books-dealrec": 3000}, {wide.run_hash, "hash-books-dealrec-prism-d64"}
     expected, basis, _ = driver.estimate_seconds([wide], runs, books_only, books_hashes, 7.0)
     assert basis[wide.label] == "other dataset" and expected[wide.label] == pytest.approx(30.0 * 2 * 10)
+
+
+def test_the_ratio_of_two_datasets_compares_their_times_in_the_jobs_mode_and_unknown_jobs_are_not_held_back():
+    """books d256 prism (cudagraphs) from yelp d256: the books/yelp ratio is that of prism d64 in cudagraphs on
+    both (10 s against 5 s), not of yelp's d64 runs of every mode lumped together (mostly a whole-step mode at
+    30 s); a job nothing can time (no run of its dataset, none shared) gets 0 s, "unknown"."""
+    def job(dataset, model, width):
+        config = protocol.training_config(dataset, model, 0, "cpu", {"compile": "cudagraphs"}, 1e-3)
+        return driver.HeadlineJob(dataset, model, config, f"hash-{dataset}-{model}-{width}", "", width=width)
+
+    def run(dataset, width, mode, seconds, seed=0):
+        return {"dataset": dataset, "model": "prism", "width": width, "compile": mode, "epochs_run": 10,
+                "config_hash": f"hash-{dataset}-prism-{width}-{mode}-s{seed}", "wall_seconds": seconds, "lr": 1e-3,
+                "jobs_per_device": 7.0}
+
+    wide, fresh = job("books-dealrec", "prism", "d256"), job("books-dealrec", "sasrec", "d64")
+    narrow = job("books-dealrec", "prism", "d64")  # seen: with its parameters, books' runs scale sasrec
+    runs = [run("books-dealrec", "d64", "cudagraphs", 100.0), run("yelp-iclrec", "d64", "cudagraphs", 50.0),
+            *(run("yelp-iclrec", "d64", "step-graphs", 300.0, seed) for seed in range(3)),
+            run("yelp-iclrec", "d256", "cudagraphs", 300.0)]
+    hashes = {r["config_hash"] for r in runs} | {wide.run_hash, fresh.run_hash}
+    expected, basis, timed = driver.estimate_seconds([wide, fresh, narrow], runs, {"books-dealrec": 3000}, hashes,
+                                                     7.0)
+    assert basis[wide.label] == "other dataset" and expected[wide.label] == pytest.approx(30.0 * 2 * 10)
+    assert timed and expected[fresh.label] > 0 and basis[fresh.label] == "scaled"
+    outside_only = [r for r in runs if r["dataset"] == "yelp-iclrec"]  # books has no run: nothing is shared
+    expected, basis, timed = driver.estimate_seconds([wide, fresh], outside_only, {"books-dealrec": 3000},
+                                                     hashes, 7.0)
+    assert basis == {wide.label: "unknown", fresh.label: "unknown"} and not timed
+    assert expected == {wide.label: 0.0, fresh.label: 0.0}
 
 
 def test_eager_models_train_with_compile_off_under_the_same_hashes():

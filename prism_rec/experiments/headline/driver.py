@@ -16,8 +16,9 @@ to ``DIR/headline.records.jsonl`` (a full run record, see records.py), ``DIR/hea
 ``DIR/headline_v2_case_ranks.jsonl`` (its per-test-user ranks, case_ranks.py). Runs already in that
 manifest with the same settings are skipped, so a later call over a copy of the manifest continues the
 grid. Jobs go tuning runs first, then the runs at chosen rates, longest-first within each (the wall time
-seen earlier for the same cell, else that of the same backbone and width on another dataset scaled by
-interactions, else interactions x backbone parameters scaled by the times seen), so
+seen earlier for the same cell, carried over from the other compile modes seen where its own was not; else
+that of the same backbone and width on another dataset, scaled by the two datasets' ratio over the models
+seen on both; else interactions x backbone parameters scaled by the times seen), so
 the short ones fill the end of a budget. With ``--budget`` seconds
 a job starts only when that estimate (once any time has been seen), corrected by how long this call's
 finished runs of the same backbone, or of the same kind of estimate, took against theirs, ends before
@@ -179,20 +180,10 @@ def diverged_entry(job: HeadlineJob) -> dict:
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def dataset_ratio(target: str, source: str, by_pair: dict, interactions: dict[str, int]) -> float | None:
-    """How much longer an epoch of ``target`` takes than one of ``source``: the median ratio over the models
-    seen on both (``by_pair``: seconds per epoch per (dataset, model)), else the interactions' ratio."""
-    ratios = [statistics.fmean(seconds) / statistics.fmean(by_pair[(source, model)])
-              for (dataset, model), seconds in by_pair.items() if dataset == target and (source, model) in by_pair]
-    if ratios:
-        return statistics.median(ratios)
-    return interactions[target] / interactions[source] if source in interactions else None
-
-
 def mode_ratio(target: str, source: str, per_epoch: dict) -> float:
     """How much longer an epoch takes in compile mode ``target`` than in ``source``: the median ratio over the
-    (dataset, model) cells seen in both (``per_epoch``: seconds per epoch per (dataset, model, mode)); 1 where
-    none is (the whole-step modes cost several times the encoder modes in the grid, results/step_grid.md)."""
+    (dataset, model) cells seen in both (``per_epoch``: seconds per epoch per (dataset, model, mode)), else 1.
+    Modes differ several-fold in the grid (results/step_grid.md), so a time seen in one is carried to another."""
     ratios = [statistics.fmean(seconds) / statistics.fmean(per_epoch[(dataset, model, source)])
               for (dataset, model, mode), seconds in per_epoch.items()
               if mode == target and (dataset, model, source) in per_epoch]
@@ -209,13 +200,28 @@ def in_mode(dataset: str, model: tuple[str, str], mode: str, per_epoch: dict) ->
     return statistics.median(figures) if figures else None
 
 
-def carried_seconds(job: HeadlineJob, mode: str, by_pair: dict, per_epoch: dict,
-                    interactions: dict[str, int]) -> list[float]:
+def dataset_ratio(target: str, source: str, mode: str, width: str, per_epoch: dict,
+                  interactions: dict[str, int]) -> float | None:
+    """How much longer an epoch of ``target`` takes than one of ``source`` in compile mode ``mode``: the median
+    ratio of their in_mode times over the trained models seen on both (those of ``width`` where any is); else
+    the interactions' ratio; None where neither is known (``source`` outside the call, no model shared)."""
+    def trained_models(dataset: str) -> set[tuple[str, str]]:
+        return {m for d, m, _ in per_epoch if d == dataset and registry.trains(m[0])}
+
+    shared = trained_models(target) & trained_models(source)
+    chosen = {m for m in shared if m[1] == width} or shared
+    if chosen:
+        return statistics.median(in_mode(target, m, mode, per_epoch) / in_mode(source, m, mode, per_epoch)
+                                 for m in chosen)
+    return interactions[target] / interactions[source] if source in interactions else None
+
+
+def carried_seconds(job: HeadlineJob, mode: str, per_epoch: dict, interactions: dict[str, int]) -> list[float]:
     """Seconds per epoch of the job's (model, width) in ``mode`` (in_mode) on each other dataset, carried over to
     the job's dataset by dataset_ratio."""
-    figures = []
-    for dataset, model in by_pair:
-        ratio = dataset_ratio(job.dataset, dataset, by_pair, interactions) if model == (job.model, job.width) else None
+    model, figures = (job.model, job.width), []
+    for dataset in sorted({d for d, m, _ in per_epoch if m == model and d != job.dataset}):
+        ratio = dataset_ratio(job.dataset, dataset, mode, job.width, per_epoch, interactions)
         if ratio is not None:
             figures.append(in_mode(dataset, model, mode, per_epoch) * ratio)
     return figures
@@ -230,11 +236,11 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
     seed; the runs of a dataset outside this call, not in ``interactions``, cannot be checked so and count as
     the protocol's, whose manifest holds them): in the job's compile mode (basis "seen") if such runs exist,
     else in the other modes seen, carried over by mode_ratio ("other mode"); else the same (model, width) on
-    another dataset, in the job's mode (in_mode), times the median ratio of
-    the two datasets' seconds per epoch over the models seen on both (the interactions' ratio where none is)
-    ("other dataset"; parameters are a poor guide across widths: a step four times wider costs far less than
-    its 16x parameters); else interactions x backbone parameters times the median seconds per epoch and unit
-    seen ("scaled").
+    another dataset, in the job's mode (in_mode), times dataset_ratio ("other dataset"; parameters are a poor
+    guide across widths: a step four times wider costs far less than its 16x parameters); else interactions x
+    backbone parameters times the median seconds per epoch and unit seen on the call's datasets ("scaled");
+    else 0 ("unknown": nothing to scale from, so the job is not held back). The third value says whether any
+    job has a figure other than "unknown".
     Epochs: the median of the runs of the same (dataset, model, rate), else of the same (dataset, rate) (a
     lower rate trains for more epochs before its patience runs out), else of that rate on any dataset, else
     of any run. A time seen while ``jobs_per_device`` of the entry ran at once on its GPU counts in
@@ -259,8 +265,7 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
         by_pair.setdefault((dataset, model), []).extend(seconds)
     scales = [statistics.fmean(seconds) / (interactions[d] * parameters[m])
               for (d, m), seconds in by_pair.items() if d in interactions and parameters.get(m)]  # pop has none
-    scale = statistics.median(scales) if scales else 1.0
-
+    scale = statistics.median(scales) if scales else None
 
     def expected_epochs(job: HeadlineJob) -> float:
         def seen(dataset: str | None, model: str | None, lr: float | None) -> list[int]:
@@ -276,19 +281,25 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
         mode = job.config.compile  # "auto": the mode fit will resolve it to
         if mode == "auto":
             mode = resolve_compile(mode, resolve_device(job.config.device), backbone=job.model, loss=job.config.loss)
-        here = in_mode(job.dataset, (job.model, job.width), mode, per_epoch)
-        carried = [] if here is not None else carried_seconds(job, mode, by_pair, per_epoch, interactions)
-        if here is not None:
-            per = here
-            basis[job.label] = "seen" if (job.dataset, (job.model, job.width), mode) in per_epoch else "other mode"
-        elif carried:
-            per = statistics.median(carried)
-            basis[job.label] = "other dataset"
-        else:
-            per = scale * interactions[job.dataset] * parameters[(job.model, job.width)]
-            basis[job.label] = "scaled"
+        scaled = None if scale is None else scale * interactions[job.dataset] * parameters[(job.model, job.width)]
+        per, basis[job.label] = epoch_seconds(job, mode, per_epoch, interactions, scaled)
         seconds[job.label] = per * expected_epochs(job)
-    return seconds, basis, bool(scales)
+    return seconds, basis, any(b != "unknown" for b in basis.values())
+
+
+def epoch_seconds(job: HeadlineJob, mode: str, per_epoch: dict, interactions: dict[str, int],
+                  scaled: float | None) -> tuple[float, str]:
+    """The job's expected seconds per epoch in ``mode`` and their basis (estimate_seconds); ``scaled`` is the
+    parameter scaling's figure, None where no run scales it."""
+    here = in_mode(job.dataset, (job.model, job.width), mode, per_epoch)
+    if here is not None:
+        return here, "seen" if (job.dataset, (job.model, job.width), mode) in per_epoch else "other mode"
+    carried = carried_seconds(job, mode, per_epoch, interactions)
+    if carried:
+        return statistics.median(carried), "other dataset"
+    if scaled is not None:
+        return scaled, "scaled"
+    return 0.0, "unknown"  # nothing to scale from: no made-up figure holds the job back
 
 
 def order_jobs(jobs: list[HeadlineJob], expected: dict[str, float],
