@@ -25,24 +25,31 @@ def test_epoch_costs_are_medians_per_mode_and_the_whole_step_ratio_is_against_th
     entries = [entry("prism", None, 100.0, 10, 10.0),  # no compile field: an eager run from before the option
                entry("prism", "off", 300.0, 10, 10.0), entry("prism", "off", 200.0, 10, 10.0),
                entry("prism", "cudagraphs", 60.0, 10, 12.0),
-               entry("prism", "step-graphs", 90.0, 10, 6.0), entry("prism", "step-graphs", 150.0, 10, 6.0),
+               entry("prism", "step-graphs", 90.0, 10, 6.0), entry("prism", "step-graphs", 150.0, 10, 3.0),
+               entry("prism", "step-graphs", 200.0, 10, 4.0),
                entry("sasrec", "off", 50.0, 5, 8.0),  # one mode only: not listed
                {**entry("prism", "off", 0.0, 0, 8.0), "wall_seconds": None}]  # diverged: no time
     cells = module.epoch_costs(entries)
     prism = cells[("ml-100k", "d64", "prism")]
     assert prism["off"] == {"runs": 3, "jobs": 10.0, "seconds": 20.0, "share": 2.0}  # medians of 10, 30, 20 s
-    assert prism["step-graphs"] == {"runs": 2, "jobs": 6.0, "seconds": 12.0, "share": 2.0}  # (9 + 15) / 2
+    # per run 9, 15, 20 s over 6, 3, 4 runs sharing: shares 1.5, 5, 5; the median share is not 15 / 4
+    assert prism["step-graphs"] == {"runs": 3, "jobs": 4.0, "seconds": 15.0, "share": 5.0}
     assert prism["cudagraphs"]["share"] == 0.5
     [(key, mode, best, share, wall)] = module.whole_step_ratios(cells)
     assert (key, mode, best) == (("ml-100k", "d64", "prism"), "step-graphs", "cudagraphs")
-    assert share == 2.0 / 0.5 and wall == 12.0 / 6.0
+    assert share == 5.0 / 0.5 and wall == 15.0 / 6.0
     manifest, out = tmp_path / "manifest.jsonl", tmp_path / "step_grid.md"
     manifest.write_text("".join(json.dumps(e) + "\n" for e in entries))
     assert module.main(["--manifest", str(manifest), "--out", str(out)]) == 0
     text = out.read_text()
-    assert "| ml-100k | d64 | prism | step-graphs | 2 | 6 | 12.0 | 2.00 |" in text and "| sasrec |" not in text
-    assert "| ml-100k | d64 | prism | step-graphs | cudagraphs | 4.0x | 2.0x |" in text
+    assert "| ml-100k | d64 | prism | step-graphs | 3 | 4 | 15.0 | 5.00 |" in text and "| sasrec |" not in text
+    assert "| ml-100k | d64 | prism | step-graphs | cudagraphs | 10.0x | 2.5x |" in text
     assert "larger in 1 of 1 cells, its wall seconds per epoch in 1." in text
+    # against eager (20 s per epoch, share 2): cudagraphs 6 s and 0.5, step-graphs 15 s and 5
+    assert "| ml-100k | d64 | prism | cudagraphs | 0.25x | 0.30x |" in text
+    assert "| ml-100k | d64 | prism | step-graphs | 2.50x | 0.75x |" in text
+    assert ("The encoder modes: GPU share per epoch smaller in 1 of 1 cells, wall seconds per epoch in 1. "
+            "The whole-step modes: GPU share per epoch smaller in 0 of 1 cells, wall seconds per epoch in 1.") in text
 
 
 def test_a_missing_or_empty_manifest_is_refused_naming_the_option(tmp_path, capsys):
@@ -53,3 +60,9 @@ def test_a_missing_or_empty_manifest_is_refused_naming_the_option(tmp_path, caps
     (tmp_path / "empty.jsonl").write_text("")
     assert module.main(["--manifest", str(tmp_path / "empty.jsonl"), "--out", str(out)]) == 2
     assert "holds no runs" in capsys.readouterr().err and not out.exists()
+    (tmp_path / "broken.jsonl").write_text(json.dumps(entry("prism", "off", 1.0, 1, 1.0)) + "\n{not json\n")
+    assert module.main(["--manifest", str(tmp_path / "broken.jsonl"), "--out", str(out)]) == 2
+    assert "broken.jsonl:2: not a JSON line" in capsys.readouterr().err and not out.exists()
+    (tmp_path / "keyless.jsonl").write_text(json.dumps({"model": "prism", "wall_seconds": 1.0}) + "\n")
+    assert module.main(["--manifest", str(tmp_path / "keyless.jsonl"), "--out", str(out)]) == 2
+    assert "keyless.jsonl: run 1 has no dataset" in capsys.readouterr().err and not out.exists()

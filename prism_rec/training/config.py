@@ -60,7 +60,8 @@ class TrainConfig:
     precision: str = knob("bf16", "bf16: bf16 autocast on CUDA (default); fp32: fp32 with TF32 off (CPU is always "
                                   "fp32)", PRECISIONS)
     compile: str = knob("auto", "the training step through torch.compile (prism_rec/training/compile.py): auto (the "
-                                "fastest mode verified for the backbone on CUDA, eager elsewhere), off, or a mode",
+                                "compiled mode verified for the backbone on CUDA, VERIFIED_MODES; eager elsewhere), "
+                                "off, or a mode",
                         COMPILE_MODES)
     # evaluation (metrics.py, candidates.py)
     cutoffs: tuple[int, ...] = knob(CUTOFFS, "Hit@K and NDCG@K cutoffs reported besides the table's 10,200,500 "
