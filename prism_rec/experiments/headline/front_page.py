@@ -63,8 +63,8 @@ def dataset_section(table: DatasetResults) -> str:
         lines.append(f"- **Incomplete**: {_incomplete_text(table)}"
                      + ("; best − second ranks only the backbones with table runs." if table.best else "."))
     if table.not_run:
-        lines.append(f"- **Not run under {V3.name} yet** (not ranked here; v2's tables: {V2_PAGE}): "
-                     f"{', '.join(table.not_run)}.")
+        lines.append(f"- **Not run under {V3.name} yet** (not ranked here; v2's tables, where v2 ran them: "
+                     f"{V2_PAGE}): {', '.join(table.not_run)}.")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -208,14 +208,15 @@ def _incomplete_finding(results: Results) -> str:
             + "; ".join(f"{t.dataset} {t.width}: {_incomplete_text(t)}" for t in open_) + f" ({VERDICTS}).")
 
 
-def _not_run_finding(results: Results) -> str:
-    """Which backbones of the grid no table has started, grouped by the datasets they lack."""
+def _not_run_finding(results: Results) -> str | None:
+    """Which backbones of the grid some table has not started, grouped by the tables they lack; None when every
+    table has started every backbone (the incomplete ones are finding _incomplete_finding's)."""
     lacking: dict[str, list[str]] = collections.defaultdict(list)
     for table in results.datasets:
         for model in table.not_run:
             lacking[model].append(f"{table.dataset} {table.width}")
     if not lacking:
-        return f"**Every backbone of the grid has runs under {V3.name} on every table**."
+        return None
     groups: dict[tuple[str, ...], list[str]] = collections.defaultdict(list)
     for model, tables in lacking.items():
         groups[tuple(tables)].append(model)
@@ -223,10 +224,12 @@ def _not_run_finding(results: Results) -> str:
 
     def where(tables: tuple[str, ...]) -> str:
         width = next((w for w, named in every.items() if list(tables) == named), None)
-        return f"all {len(tables)} {width} tables" if width else ", ".join(tables)
+        if width is None:
+            return ", ".join(tables)
+        return f"the {width} table" if len(tables) == 1 else f"all {len(tables)} {width} tables"
 
     return (f"**Backbones not run under {V3.name} yet** (not ranked by its tables, so best − second is among those "
-            f"ranked; their v2 numbers: {V2_PAGE}): "
+            f"ranked; v2's tables, where v2 ran them: {V2_PAGE}): "
             + "; ".join(f"{', '.join(models)} on {where(tables)}" for tables, models in groups.items())
             + f" ({VERDICTS}).")
 
@@ -236,7 +239,7 @@ def findings(results: Results) -> str:
     base = results.at(WIDTH)
     lines = [*(_pair_finding(base, a, b) for a, b in PAIRS), _best_finding(base), _width_finding(results),
              _moved_finding(results), _incomplete_finding(results), _not_run_finding(results)]
-    return "\n".join(f"{number}. {line}" for number, line in enumerate(lines, start=1))
+    return "\n".join(f"{number}. {line}" for number, line in enumerate(filter(None, lines), start=1))
 
 
 def readme(results: Results, folder: str, rank_rows: int) -> str:

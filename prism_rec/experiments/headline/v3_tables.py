@@ -129,9 +129,10 @@ def incomplete_cells(cells: dict, entries: list[dict], dataset: str, width: str)
 
 def not_run(entries: list[dict], incomplete: dict[str, str], dataset: str, width: str) -> list[str]:
     """The registered backbones the grid trains at ``width`` (its preset's list, else every one) with no run on
-    ``dataset`` there and not already named by incomplete_cells (a backbone whose v3 grid has not started)."""
+    ``dataset`` there and not already named by incomplete_cells (a backbone whose v3 grid has not started);
+    pop aside, as there."""
     preset = V3.widths[width]
-    ran = {e["model"] for e in entries if e["dataset"] == dataset}
+    ran = {e["model"] for e in entries if e["dataset"] == dataset} | {FLOOR}
     return [m for m in (preset.models or registry.list_backbones()) if m not in ran and m not in incomplete]
 
 
