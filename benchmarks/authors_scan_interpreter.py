@@ -5,10 +5,11 @@ grid (results/authors_step.md). This builds a run's Scorer on a dataset's edge t
 last (short) batch of training and of validation, runs the model once with its scans on the PyTorch backend and
 once on the Triton kernels (interpreted), recording every load and store of every launch that leaves its tensor
 arguments (tests/kernels/interpreter_bounds.py). The scans get the model's own tensors: their strides, the
-requires-grad state of a training step or the no-grad state of validation, the values of the trained weights
-(each training batch also takes an optimizer step). Prints, per batch, the scan calls, the accesses out of
-bounds and the largest difference of the loss (training: and of the parameters' gradients, relative) from the
-PyTorch backend's:
+requires-grad state of a training step or the no-grad state of validation, and the weights as they are then
+(the initial ones, moved by one Adam step per training batch checked, not a run's epoch of steps). Prints, per
+batch, the scan calls, the accesses out of bounds and the largest difference of the loss (training: and of the
+parameters' gradients, relative) from the PyTorch backend's; the exit status is 1 only for an access out of
+bounds, not for a difference:
 
     python benchmarks/authors_scan_interpreter.py --models gated_deltanet,prism --lr 0.001   # ~6 minutes
 """
@@ -88,9 +89,10 @@ def check_model_batches(task, model: str, lr: float) -> bool:
                 triton_chunk.triton_delta_scan = original
             grad_error = max((float((a - b).abs().max() / (b.abs().max() + 1e-12))
                               for a, b in zip(grads, reference_grads) if a is not None), default=0.0)
+            gradients = f"{grad_error:.1e}" if training else "— (validation)"
             print(f"{model} {'train' if training else 'valid'} batch at {start} ({len(batch)} edges): {calls[0]} "
                   f"scans, {len(violations)} accesses out of bounds {violations[:3]}, |difference| "
-                  f"{float((value - reference).abs().max()):.1e}, gradients {grad_error:.1e}", flush=True)
+                  f"{float((value - reference).abs().max()):.1e}, gradients {gradients}", flush=True)
             clean &= not violations
             if training:  # a real step, so that the next batches see trained weights as in a run
                 for layer in layers:
@@ -103,9 +105,9 @@ def check_model_batches(task, model: str, lr: float) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", default="ml-100k")
-    parser.add_argument("--models", default="gated_deltanet,prism")
-    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--dataset", default="ml-100k", help="a dataset of the authors' protocol")
+    parser.add_argument("--models", default="gated_deltanet,prism", help="comma-separated backbones on the scan")
+    parser.add_argument("--lr", type=float, default=1e-4, help="the rate of the Adam steps between the batches")
     args = parser.parse_args()
     models = [check_model(name, "--models") for name in args.models.split(",")]
     task = load_task(args.dataset)
