@@ -100,8 +100,9 @@ def report(entries: list[dict], source: str) -> str:
         f"Written {time.strftime('%Y-%m-%d')} by `{COMMAND} --manifest {source}` from {len(entries)} manifest lines "
         "(NVIDIA H200, runs sharing the GPU through CUDA MPS). s/epoch: the run's wall seconds over its epochs "
         "(validation after every epoch, compilation and the test included); GPU share: s/epoch over the runs "
-        "sharing the GPU (concurrency). The modes of a cell ran in different device calls beside different runs: "
-        "an observation, not a controlled measurement. Only cells where two or more modes ran.", "",
+        "sharing the GPU (concurrency). The modes of a cell ran in different device calls, beside different runs "
+        "and at different commits (each line's git_commit): an observation, not a controlled measurement. Only "
+        "cells where two or more modes ran.", "",
         pipe_table(["dataset", "width", "backbone", "compile", "runs", "concurrency", "s/epoch", "GPU share s/epoch"],
                    rows, "llllrrrr"), "",
         "## The whole-step modes against the others", "",
