@@ -57,7 +57,7 @@ WHOLE_STEP_MODES = {"step-graphs": "off", "step-cudagraphs": "inductor"}
 # real windows (results/step_grid.md), so "auto" does not pick them. In that grid eager itself cost less than
 # the encoder modes in most cells, mainly where epochs are short and a run's compilation weighs on each; the
 # grid's figures are observational (different calls, code and neighbours), and a controlled comparison in
-# the grid is still to be measured.
+# the grid (benchmarks/grid_modes_gpu.sh: the same runs per mode, side by side) is still to be measured.
 VERIFIED_MODES = {
     "gated_deltanet": "cudagraphs", "gdn-authors": "graphs", "hstu": "graphs", "mamba2": "cudagraphs",
     "mamba2-authors": "graphs", "prism": "cudagraphs", "prism-L0": "graphs", "prism-L1": "graphs",
