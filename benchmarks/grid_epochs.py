@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from prism_rec.errors import OptionError
-from prism_rec.experiments.headline.protocol import width_of
+from prism_rec.experiments.headline.protocol import compile_of, width_of
 from prism_rec.files import read_jsonl, write_atomically
 from prism_rec.markdown import pipe_table
 from prism_rec.training.compile import WHOLE_STEP_MODES
@@ -37,9 +37,8 @@ def epoch_costs(entries: list[dict]) -> dict[tuple[str, str, str], dict[str, dic
     runs: dict[tuple[str, str, str, str], list[tuple[float, float]]] = collections.defaultdict(list)
     for entry in entries:
         if entry.get("wall_seconds") and entry.get("epochs_run"):
-            mode = entry.get("compile") or "off"  # runs before the compile option trained eager
             per_epoch = entry["wall_seconds"] / entry["epochs_run"]
-            runs[(entry["dataset"], width_of(entry), entry["model"], mode)].append(
+            runs[(entry["dataset"], width_of(entry), entry["model"], compile_of(entry))].append(
                 (per_epoch, entry.get("jobs_per_device", 1.0)))
     cells: dict[tuple[str, str, str], dict[str, dict]] = collections.defaultdict(dict)
     for (dataset, width, model, mode), seen in runs.items():

@@ -87,6 +87,7 @@ from .protocol import (
     HeadlineProtocol,
     Width,
     backbone_parameters,
+    compile_of,
     training_config,
     width_of,
 )
@@ -251,7 +252,7 @@ def estimate_seconds(jobs: list[HeadlineJob], manifest: list[dict], interactions
         grid_run = entry["config_hash"] in grid_hashes or entry["dataset"] not in interactions
         if grid_run and "wall_seconds" in entry:  # diverged runs have no time
             sharing = jobs_per_device / entry.get("jobs_per_device", jobs_per_device)
-            mode = entry.get("compile") or "off"  # runs before the compile option trained eager
+            mode = compile_of(entry)
             model = (entry["model"], width_of(entry))
             per_epoch.setdefault((entry["dataset"], model, mode), []).append(
                 entry["wall_seconds"] * sharing / entry["epochs_run"])

@@ -59,6 +59,11 @@ def width_of(entry: dict) -> str:
     return entry.get("width", WIDTH)
 
 
+def compile_of(entry: dict) -> str:
+    """The compile mode a manifest line trained in (lines written before the compile option trained eager)."""
+    return entry.get("compile") or "off"
+
+
 def training_config(dataset: str, model: str, seed: int, device: str, overrides: dict, lr: float) -> TrainConfig:
     """The headline settings for one cell at rate ``lr``: SETTINGS, the dataset's default window,
     ``overrides`` last."""
