@@ -21,14 +21,28 @@
 # the call exits 1. OUT_DIR/graphs_check.txt holds the tests' output. STEP_MODELS=a,b,... also times each of
 # those models' authors step, eager and graphed (benchmarks/authors_step.py, one process per model so that a
 # crash loses only its own row), beside the grids; OUT_DIR/authors_step.txt holds their rows and errors.
-# AUTHORS_MODELS=a,b,... narrows the authors grid to those models (authors grid --models). BESIDE="COMMAND"
-# runs COMMAND beside the grids (a diagnosis, say); OUT_DIR/beside.txt holds its output.
+# AUTHORS_MODELS=a,b,... narrows the authors grid to those models (authors grid --models);
+# AUTHORS_SCAN_BACKEND=torch trains the grid's delta-scan backbones (gated_deltanet, prism, mamba2) on the
+# scan's PyTorch path instead of the Triton kernels (authors grid --scan-backend; the records name it).
+# BEFORE="COMMAND" runs COMMAND alone on the GPU before the grids start (no MPS server yet; at most
+# BEFORE_TIMEOUT seconds, default 240, taken from the call): a diagnosis that must not share the GPU, as
+#   BEFORE="CUDA_LAUNCH_BLOCKING=1 prism-rec authors train --model gated_deltanet --epochs 1 --lr 0.001"
+# OUT_DIR/before.txt holds its output and exit status. BESIDE="COMMAND" runs COMMAND beside the grids (a
+# diagnosis, say); OUT_DIR/beside.txt holds its output.
 set -uo pipefail
 out=${1:?usage: benchmarks/authors_gpu.sh OUT_DIR}
 export PROTOCOL=v3 BUDGET=${BUDGET:-240} DATASETS=${DATASETS:-ml-100k}
 export MODELS=${MODELS:-prism-authors,gdn-authors,mamba2-authors,mamba2,transformer++,null}
 . benchmarks/gpu_setup.sh || exit 1
 mkdir -p "$out"
+if [ -n "${BEFORE:-}" ]; then
+    started=$SECONDS
+    timeout "${BEFORE_TIMEOUT:-240}" bash -c "$BEFORE" > "$out/before.txt" 2>&1
+    echo "exit status $? after $((SECONDS - started)) s" >> "$out/before.txt"
+    echo "BEFORE: $(tail -n 1 "$out/before.txt")"
+    BUDGET=$((BUDGET - (SECONDS - started)))
+    if [ "$BUDGET" -le 0 ]; then echo "BEFORE took the whole budget; no grid runs"; exit 1; fi
+fi
 graphs_check() {
     timeout 300 python3 -m pytest -q -p no:cacheprovider tests/protocols/test_train.py -k cuda_graphs \
         > "$out/graphs_check.txt" 2>&1
@@ -59,7 +73,8 @@ if [ -z "$check_pid" ]; then
     echo "CUDA graphs check: $(tail -n 1 "$out/graphs_check.txt")${eager:+; the grid trains eager}"
 fi
 # headline_gpu.sh passes the grid its own --budget (BUDGET less any compile check)
-export AUTHORS_ARGS="--workers ${AUTHORS_WORKERS:-3} $eager ${AUTHORS_MODELS:+--models $AUTHORS_MODELS}"
+scan=${AUTHORS_SCAN_BACKEND:+--scan-backend $AUTHORS_SCAN_BACKEND}
+export AUTHORS_ARGS="--workers ${AUTHORS_WORKERS:-3} $eager ${AUTHORS_MODELS:+--models $AUTHORS_MODELS} $scan"
 benchmarks/headline_gpu.sh "$out"
 status=$?
 for pid in $step_pid $beside_pid; do wait "$pid"; done

@@ -41,6 +41,8 @@ def no_work(monkeypatch):
     (["--lr", "0"], "option --lr: must be a positive finite number, got 0.0"),
     (["--dropout", "1"], "option --dropout: must be in [0, 1), got 1.0"),
     (["--device", "tpu"], "option --device: 'tpu' is not a usable device"),
+    (["--scan-backend", "fast"], "option --scan-backend: expected one of auto, naive, torch"),
+    (["--scan-backend", "torch"], "option --scan-backend: sasrec runs no delta scan"),
 ])
 def test_bad_train_options_are_refused_before_work(argv, message, tmp_path, capsys, no_work):
     record = tmp_path / "record.json"
@@ -71,6 +73,7 @@ def test_bad_train_options_are_refused_before_work(argv, message, tmp_path, caps
     (["--workers", "0"], "option --workers: must be an integer in [1"),
     (["--min-user-edges", "0"], "option --min-user-edges: must be >= 1"),
     (["--device", "tpu"], "option --device: 'tpu' is not a usable device"),
+    (["--scan-backend", "fast"], "option --scan-backend: expected one of auto, naive, torch"),
 ])
 def test_bad_grid_options_are_refused_before_work(argv, message, tmp_path, capsys, no_work):
     error = refusal(["authors", "grid", "--out", str(tmp_path / "out"), "--device", "cpu", *argv], capsys)

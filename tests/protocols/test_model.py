@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from prism_rec.errors import OptionError
+from prism_rec.protocols.authors import model as link
 from prism_rec.protocols.authors.model import LinkModel, MergeLayer, TimeEncoder, head_width
 
 
@@ -64,3 +65,35 @@ def test_null_source_is_the_last_token_plus_the_user_token():
     dst = model.destination(torch.tensor([6]))
     expected = model.output_dst(torch.cat([p["node"](model.node_features[6]), p["id"](model.id_embedding.weight[6])]))
     torch.testing.assert_close(dst[0], expected)
+
+
+def test_the_scan_models_are_those_whose_layers_call_the_delta_scan():
+    assert [m for m in ("gated_deltanet", "prism", "mamba2", "mamba2-authors") if not link.has_scan(m)] == []
+    assert [m for m in ("sasrec", "gdn-authors", "prism-authors", "null", "pop", "hstu") if link.has_scan(m)] == []
+
+
+def test_the_scan_backend_reaches_every_scan_layer_and_keeps_the_source():
+    """The backbone's layers call delta_scan with the chosen backend; the per-token loop ("naive") and the
+    chunked PyTorch path give the same source embeddings from the same weights."""
+    nodes, edges = torch.tensor([[3, 0, 6, 8], [1, 2, 4, 5]]), torch.tensor([[0, 0, 2, 4], [0, 1, 3, 2]])
+    gaps = torch.tensor([[0.0, 50.0, 7.0, 2.0], [0.0, 3.0, 2.0, 1.0]])
+    sources = {}
+    for backend in ("naive", "torch"):
+        torch.manual_seed(0)
+        model = LinkModel("gated_deltanet", torch.randn(9, 12), torch.randn(5, 12), 7, channel=4, time_dim=6,
+                          n_heads=1, scan_backend=backend).eval()
+        assert {m.backend for m in model.modules() if hasattr(m, "backend")} == {backend}
+        sources[backend] = model.source(nodes, edges, gaps)
+    torch.testing.assert_close(sources["naive"], sources["torch"], rtol=1e-5, atol=1e-6)
+
+
+def test_scan_backend_checks_and_resolution():
+    assert link.check_scan_backend("torch", "prism") == "torch" and link.check_scan_backend("auto", "sasrec") == "auto"
+    with pytest.raises(OptionError, match="option --scan-backend: expected one of auto, naive, torch"):
+        link.check_scan_backend("cuda")
+    with pytest.raises(OptionError, match="option --scan-backend: sasrec runs no delta scan .*gated_deltanet"):
+        link.check_scan_backend("torch", "sasrec")
+    cpu = torch.device("cpu")
+    assert link.scan_backend_used("prism", "auto", cpu, 21) == "torch"
+    assert link.scan_backend_used("prism", "naive", cpu, 21) == "naive"
+    assert link.scan_backend_used("sasrec", "auto", cpu, 21) is None

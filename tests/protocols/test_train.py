@@ -11,7 +11,7 @@ from prism_rec.experiments.tuning import RATE_LADDER, TuningGrid
 from prism_rec.files import write_jsonl
 from prism_rec.protocols.authors import grid
 from prism_rec.protocols.authors.design import DESIGN_MODELS, Design
-from prism_rec.protocols.authors.report import write_report
+from prism_rec.protocols.authors.report import scan_note, write_report
 from prism_rec.protocols.authors.train import GRAPHED_MODELS, EarlyStopping, RunConfig, run, step_kind
 
 TINY = dict(epochs=2, batch_size=16, n_neighbours=3, channel=4, n_heads=1)
@@ -29,6 +29,15 @@ def test_a_cpu_run_repeats_itself_from_its_seed(task, model):
     assert strip(first) == strip(second)
     assert len(first["cases"]["above"]) == task.stats["test_edges"] == len(first["cases"]["user"])
     assert 0 <= first["test_full_auc"] <= 1 and first["epochs"] == 2
+
+
+def test_the_record_names_the_scan_backend_and_a_scanless_model_refuses_one(task):
+    record = run(task, RunConfig(model="gated_deltanet", **TINY), CPU, log=lambda line: None, scan_backend="naive")
+    assert record["scan"] == "naive"
+    assert run(task, RunConfig(model="gated_deltanet", **TINY), CPU, log=lambda line: None)["scan"] == "torch"
+    assert run(task, RunConfig(model="pop", **TINY), CPU)["scan"] is None
+    with pytest.raises(OptionError, match="option --scan-backend: sasrec runs no delta scan"):
+        run(task, RunConfig(model="sasrec", **TINY), CPU, scan_backend="torch")
 
 
 def test_pop_trains_nothing_and_ranks_by_training_edges(task):
@@ -128,6 +137,24 @@ def test_the_grid_trains_in_the_designs_priority_order_through_the_campaign(task
     assert ("sasrec", 0, 1e-4, "per-backbone") in [(c.model, c.seed, c.lr, c.head_width) for c in trained]
 
 
+def test_the_grid_gives_its_scan_backend_to_the_scan_models_only(task, tmp_path, monkeypatch):
+    design = Design(("tiny",), ("gated_deltanet", "sasrec"), (0,), RunConfig(model="null", **TINY),
+                    TuningGrid((1e-3,)), None)
+    backends = {}
+
+    def fake_run(task, config, *args, scan_backend="auto", **kwargs):
+        backends.setdefault(config.model, set()).add(scan_backend)
+        return {"config": config.to_dict(), "dataset": "tiny", "wall_seconds": 1.0, "cases": {}, "valid_full_auc": 0.5}
+
+    monkeypatch.setattr(grid, "load_task", lambda *args: task)
+    monkeypatch.setattr(grid, "describe", lambda record: "")
+    monkeypatch.setattr(grid, "run", fake_run)
+    grid.run_grid(tmp_path, design, None, "cpu", log=lambda line: None, scan_backend="naive")
+    assert backends == {"gated_deltanet": {"naive"}, "sasrec": {"auto"}}
+    with pytest.raises(OptionError, match="option --scan-backend: expected one of"):
+        grid.run_grid(tmp_path, design, None, "cpu", scan_backend="fast")
+
+
 def test_cuda_graphs_are_refused_off_cuda(task):
     with pytest.raises(OptionError, match="CUDA graphs need a CUDA device"):
         run(task, RunConfig(model="sasrec", **TINY), CPU, log=lambda line: None, graphs=True)
@@ -160,3 +187,11 @@ def test_cuda_graphs_train_the_eager_run(task, model):
         assert graphed_epoch == pytest.approx(eager_epoch, abs=1e-5)
     assert graphed["test_full_auc"] == pytest.approx(eager["test_full_auc"], abs=1e-5)
     assert graphed["test_link_average_precision"] == pytest.approx(eager["test_link_average_precision"], abs=1e-5)
+
+
+def test_the_report_names_the_scan_backends_the_runs_trained_with():
+    runs = [{"config": {"model": "prism"}, "scan": "torch"}] * 2 + [{"config": {"model": "prism"}, "scan": "triton"},
+                                                                    {"config": {"model": "sasrec"}, "scan": None},
+                                                                    {"config": {"model": "gated_deltanet"}}]
+    assert scan_note(runs) == " Delta scan (kernels/delta_scan.py backend): prism torch (2), prism triton (1)."
+    assert scan_note(runs[3:]) == ""

@@ -22,7 +22,7 @@ from ...training.devices import ONE_DEVICE_HELP, resolve_device
 from .data import check_dataset, load_task
 from .design import DESIGN_MODELS, DESIGN_SEEDS, EQUAL_HEAD, Design
 from .grid import run_grid
-from .model import check_model, head_width
+from .model import SCAN_BACKENDS, check_model, check_scan_backend, head_width
 from .next_item import NEXT_ITEM_MANIFESTS
 from .report import REPORT, write_report
 from .train import GRAPHED_MODELS, RunConfig, describe, run
@@ -41,6 +41,10 @@ def _add_run_options(parser: argparse.ArgumentParser, device_help: str) -> None:
     parser.add_argument("--raw-dir", help="folder of the dataset's raw files (default datasets/raw/<name>)")
     parser.add_argument("--device", default="auto", help=device_help)
     parser.add_argument("--threads", default="auto", help="CPU threads: a count, or auto (as prism-rec bench)")
+    parser.add_argument("--scan-backend", default="auto",
+                        help="the delta scan's backend in the backbones that run it (kernels/delta_scan.py: "
+                             f"{', '.join(SCAN_BACKENDS)}; default auto, the Triton kernels on CUDA); the grid "
+                             "gives it to those models only; the record's 'scan' names the one used")
     parser.add_argument("--eager", action="store_true",
                         help="train every batch eagerly (default on CUDA: the full batches of "
                              f"{', '.join(sorted(GRAPHED_MODELS))} replay CUDA graphs)")
@@ -93,9 +97,10 @@ def command_train(args: argparse.Namespace) -> None:
     check_dataset(args.dataset)
     config = _base_config(args, check_model(args.model), args.head_width)
     config = RunConfig(**{**config.to_dict(), "seed": args.seed}).check()
+    check_scan_backend(args.scan_backend, config.model)
     device = _device(args)
     record = run(load_task(args.dataset, args.min_user_edges, args.raw_dir), config, device,
-                 graphs=False if args.eager else None)
+                 graphs=False if args.eager else None, scan_backend=args.scan_backend)
     print(describe(record))
     if args.record:
         write_atomically(Path(args.record), json.dumps(record, sort_keys=True))
@@ -124,13 +129,14 @@ def _design(args: argparse.Namespace) -> Design:
 
 def command_grid(args: argparse.Namespace) -> None:
     design = _design(args)
+    check_scan_backend(args.scan_backend)
     threads = _threads(args)
     executor = executor_from_args(args, args.budget)
     torch.set_num_threads(threads)  # every run trains with it (grid.GridJob.threads)
     try:
         counts = run_grid(Path(args.out), design, args.budget, min_user_edges=args.min_user_edges,
                           raw_dir=args.raw_dir, executor=executor,
-                          graphs=False if args.eager else None)
+                          graphs=False if args.eager else None, scan_backend=args.scan_backend)
     finally:
         executor.close()
     failed = f"{counts['failed']} failed, " if counts["failed"] else ""

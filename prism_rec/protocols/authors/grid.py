@@ -32,6 +32,7 @@ from ...files import write_atomically
 from ...training.devices import resolve_device
 from .data import EdgeTask, load_task
 from .design import Design, identity, run_key
+from .model import check_scan_backend, has_scan
 from .train import RunConfig, describe, run, step_kind
 
 MANIFEST = "manifest.jsonl"
@@ -69,6 +70,7 @@ class GridJob:
     threads: int
     log_epochs: bool
     graphs: bool | None = None
+    scan_backend: str = "auto"
 
     @property
     def identity(self) -> str:
@@ -96,7 +98,7 @@ def train_job(job: GridJob) -> dict:
     deadline = None if math.isinf(job.deadline) else time.monotonic() + (job.deadline - time.time())
     record = run(_task(job.dataset, job.min_user_edges, job.raw_dir), RunConfig(**job.config),
                  resolve_device(job.device), deadline, log=print if job.log_epochs else lambda line: None,
-                 graphs=job.graphs)
+                 graphs=job.graphs, scan_backend=job.scan_backend)
     if record is None:
         return {"status": Status.ABANDONED.value}
     return {"status": Status.FINISHED.value, "record": record}
@@ -137,11 +139,13 @@ class _Priority:
 
 def run_grid(out: Path, design: Design, budget: float | None, device: str = "auto", min_user_edges: int | None = None,
              raw_dir: str | None = None, workers: int = 1, executor: Executor | None = None,
-             log=print, graphs: bool | None = None) -> dict[str, int]:
+             log=print, graphs: bool | None = None, scan_backend: str = "auto") -> dict[str, int]:
     """Train ``design``'s pending runs into ``out`` within ``budget`` seconds on ``executor`` (default: a local
     pool of ``workers`` processes on ``device``), each with this process's CPU thread count (prism-rec authors
-    grid --threads) and ``graphs`` (train.run's); counts: finished, dropped (at the budget), failed, pending
-    (runs that could start now, left for the next call)."""
+    grid --threads) and ``graphs`` (train.run's); ``scan_backend`` goes to the models that run the delta scan
+    (the others take "auto"); counts: finished, dropped (at the budget), failed, pending (runs that could start
+    now, left for the next call)."""
+    check_scan_backend(scan_backend)
     out = Path(out)
     deadline = deadline_after(budget)
     executor = executor or LocalExecutor(workers, device)
@@ -155,7 +159,7 @@ def run_grid(out: Path, design: Design, budget: float | None, device: str = "aut
 
     def job(dataset: str, config: RunConfig) -> GridJob:
         return GridJob(dataset, config.to_dict(), min_user_edges, raw_dir, executor.job_device, deadline, threads,
-                       in_process, graphs)
+                       in_process, graphs, scan_backend if has_scan(config.model) else "auto")
 
     queued = {key for key, _, _ in priority.pending}
 

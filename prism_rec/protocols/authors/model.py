@@ -29,12 +29,16 @@ is the next-item protocol's, whose sequences have no user token to add).
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import torch
 from torch import nn
 
 from ...errors import OptionError
-from ...registry import build_backbone, list_backbones
+from ...kernels.delta_scan import BACKENDS as SCAN_BACKENDS
+from ...kernels.delta_scan import auto_backend
+from ...registry import backbone_entry, build_backbone, list_backbones
 
 CHANNEL = 64          # --channel_embedding_dim in rec/README.md's commands
 TIME_DIM = 100        # --time_feat_dim default, load_configs.py:36
@@ -65,6 +69,30 @@ def head_width(model: str, head: str, feature_dim: int, channel: int = CHANNEL, 
     if width < 1:
         raise OptionError(f"option {option}: expected per-backbone or a positive integer, got {head!r}")
     return width
+
+
+def has_scan(model: str) -> bool:
+    """Whether ``model``'s backbone runs the project's delta scan (its factory takes the scan's ``backend``)."""
+    return model in list_backbones() and "backend" in inspect.signature(backbone_entry(model).factory).parameters
+
+
+def check_scan_backend(backend: str, model: str | None = None, option: str = "--scan-backend") -> str:
+    """``backend`` if it is one of the scan's backends (kernels/delta_scan.py) and, with ``model``, that model
+    runs the scan or ``backend`` is "auto"; OptionError naming ``option`` otherwise."""
+    if backend not in SCAN_BACKENDS:
+        raise OptionError(f"option {option}: expected one of {', '.join(SCAN_BACKENDS)}, got {backend!r}")
+    if model is not None and backend != "auto" and not has_scan(model):
+        scanned = ", ".join(name for name in list_backbones() if has_scan(name))
+        raise OptionError(f"option {option}: {model} runs no delta scan (those that do: {scanned})")
+    return backend
+
+
+def scan_backend_used(model: str, backend: str, device: torch.device, tokens: int) -> str | None:
+    """The scan backend ``model`` trains with for ``backend`` on ``device`` over ``tokens`` positions
+    ("auto" resolved as delta_scan resolves it); None for a model without the scan."""
+    if not has_scan(model):
+        return None
+    return auto_backend(device.type == "cuda", tokens) if backend == "auto" else backend
 
 
 class TimeEncoder(nn.Module):
@@ -113,11 +141,13 @@ class NullMixer(nn.Module):
 
 
 class LinkModel(nn.Module):
-    """Source encoder, destination encoder and MergeLayer of the authors' code (module docstring)."""
+    """Source encoder, destination encoder and MergeLayer of the authors' code (module docstring).
+    ``scan_backend``: the delta scan's backend (kernels/delta_scan.py) in backbones that run it (``has_scan``);
+    the backends compute the same recurrence, so it picks kernels, not a setting of the run."""
 
     def __init__(self, model: str, node_features: torch.Tensor, edge_features: torch.Tensor, width: int,
                  channel: int = CHANNEL, time_dim: int = TIME_DIM, n_layers: int = 2, n_heads: int = 2,
-                 dropout: float = 0.1):
+                 dropout: float = 0.1, scan_backend: str = "auto"):
         super().__init__()
         self.register_buffer("node_features", node_features, persistent=False)   # [N, F]
         self.register_buffer("edge_features", edge_features, persistent=False)   # [E + 1, F]
@@ -128,9 +158,10 @@ class LinkModel(nn.Module):
             "node": nn.Linear(feature_dim, channel), "edge": nn.Linear(edge_features.shape[1], channel),
             "time": nn.Linear(time_dim, channel), "id": nn.Linear(channel, channel),
         })
+        scan = {"backend": check_scan_backend(scan_backend, model)} if has_scan(model) else {}
         self.backbone = (NullMixer() if model == NULL else
                          build_backbone(model, d_model=4 * channel, n_layers=n_layers, n_heads=n_heads,
-                                        dropout=dropout))
+                                        dropout=dropout, **scan))
         self.output_src = nn.Linear(4 * channel, width)
         self.output_dst = nn.Linear(2 * channel, width)
         self.scorer = MergeLayer(width, channel)

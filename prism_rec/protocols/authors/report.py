@@ -120,6 +120,20 @@ def group_table(runs: list[dict], dataset: str, rates: dict[str, str]) -> tuple[
     return table, paired
 
 
+def scan_note(runs: list[dict]) -> str:
+    """A sentence naming, per model, the delta scan backends its runs trained with and how many runs each
+    (train.run's record "scan"; models without the scan and older records name none); "" when none does."""
+    used: dict[tuple[str, str], int] = {}
+    for run in runs:
+        if run.get("scan"):
+            key = (run["config"]["model"], run["scan"])
+            used[key] = used.get(key, 0) + 1
+    if not used:
+        return ""
+    return " Delta scan (kernels/delta_scan.py backend): " + ", ".join(
+        f"{model} {backend} ({count})" for (model, backend), count in sorted(used.items())) + "."
+
+
 def design_of(runs: list[dict]) -> Design:
     """The design the runs were made under, as their manifest rows record it (``Design.record``; rows from
     before it was recorded: the default design, which made them): their datasets, (one set of) settings, the
@@ -221,13 +235,13 @@ def write_report(folders: list[Path], path: Path = REPORT, command: str = "",
         for head, members in head_groups(cells, dataset, design.base.channel).items():
             if not members:
                 continue
-            table, paired = group_table([run for _, cell in members for run in cell[2]], dataset,
-                                        {model: _rate(cell[0], cell[1]) for model, cell in members})
+            group = [run for _, cell in members for run in cell[2]]
+            table, paired = group_table(group, dataset, {model: _rate(cell[0], cell[1]) for model, cell in members})
             sections.append(
                 f"### {dataset}, head width {head}\n\nTime: {mine[0]['time_kind']}. Kept: {stats['users']} users with "
                 f">= {stats['min_user_edges']} edges, {stats['items']} items, {stats['edges']} edges "
                 f"({stats['train_edges']} train, {stats['valid_edges']} validation, {stats['test_edges']} test "
-                f"cases).\n\n{table}\n\n{paired}")
+                f"cases).{scan_note(group)}\n\n{table}\n\n{paired}")
         values: dict = {}
         joined = protocols_table(cells, next_cells, dataset, models, design, values)
         cell_table = pipe_table(["protocol", "implementation", "heads", "seeds", "PRISM - GDN", "Welch interval",

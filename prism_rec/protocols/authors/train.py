@@ -30,7 +30,7 @@ from torch import nn
 from ...errors import OptionError
 from .data import EdgeTask, fallback_features
 from .metrics import BATCH, case_counts, link_metrics, retrieval_metrics
-from .model import CHANNEL, POP, LinkModel, check_model, head_width
+from .model import CHANNEL, POP, LinkModel, check_model, check_scan_backend, head_width, scan_backend_used
 
 VALID_NEGATIVE_SEED, TEST_NEGATIVE_SEED = 0, 2  # train_link_prediction.py:81, 83
 # The models whose graphed step trains their eager one on the H200 (results/authors_step.md). The backbones on
@@ -89,7 +89,7 @@ class RunConfig:
 class Scorer:
     """Scores of edges and of all candidates for a LinkModel, or for the popularity floor."""
 
-    def __init__(self, task: EdgeTask, config: RunConfig, device: torch.device):
+    def __init__(self, task: EdgeTask, config: RunConfig, device: torch.device, scan_backend: str = "auto"):
         self.task, self.config, self.device = task, config, device
         self.items = torch.from_numpy(task.items).to(device)
         self.dst = torch.from_numpy(task.dst).to(device)
@@ -104,7 +104,8 @@ class Scorer:
         edge_features = fallback_features(len(task.src) + 1, config.feature_seed + 1, device)
         width = head_width(config.model, config.head_width, features.shape[1], config.channel)
         self.model = LinkModel(config.model, features, edge_features, width, config.channel,
-                               n_layers=config.n_layers, n_heads=config.n_heads, dropout=config.dropout).to(device)
+                               n_layers=config.n_layers, n_heads=config.n_heads, dropout=config.dropout,
+                               scan_backend=scan_backend).to(device)
 
     def tokens(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every edge's source tokens on the device, built once: node ids, edge ids and time gaps [E, 1 + k]
@@ -264,19 +265,21 @@ class EarlyStopping:
 
 
 def run(task: EdgeTask, config: RunConfig, device: torch.device, deadline: float | None = None,
-        log=print, graphs: bool | None = None) -> dict | None:
+        log=print, graphs: bool | None = None, scan_backend: str = "auto") -> dict | None:
     """Train and evaluate ``config.model`` on ``task``; the run's record, or None when ``deadline``
     (time.monotonic) passed before it finished. ``graphs``: full training batches replay CUDA graphs
-    (``TrainingLoss``; default: ``step_kind``'s choice)."""
+    (``TrainingLoss``; default: ``step_kind``'s choice). ``scan_backend``: the delta scan's backend in
+    backbones that run it (model.LinkModel); the record's "scan" names the one used (None: no scan)."""
     start = time.monotonic()
     config.check()
+    check_scan_backend(scan_backend, config.model)
     if graphs and device.type != "cuda":
         raise OptionError(f"CUDA graphs need a CUDA device, got {device}")
     step = step_kind(config.model, device, graphs)
     deterministic = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(device.type == "cpu" or deterministic)
     try:
-        scorer = Scorer(task, config, device)
+        scorer = Scorer(task, config, device, scan_backend)
         curve, stopper = [], EarlyStopping(config.patience)
         if scorer.model is not None:
             optimizer = torch.optim.Adam(scorer.model.parameters(), lr=config.lr, weight_decay=0.0)
@@ -297,7 +300,8 @@ def run(task: EdgeTask, config: RunConfig, device: torch.device, deadline: float
                   "task": task.stats, "curve": curve, "best_epoch": stopper.best_epoch, "epochs": len(curve),
                   "n_parameters": sum(p.numel() for p in scorer.model.parameters()) if scorer.model else 0,
                   "width": scorer.model.scorer.width if scorer.model else 0, "n_items": len(task.items),
-                  "device": str(device), "step": step}
+                  "device": str(device), "step": step,
+                  "scan": scan_backend_used(config.model, scan_backend, device, 1 + config.n_neighbours)}
         for part, name, seed in ((1, "valid", VALID_NEGATIVE_SEED), (2, "test", TEST_NEGATIVE_SEED)):
             links = evaluate_links(scorer, part, seed, config.batch_size)
             above, ties = evaluate_retrieval(scorer, part, config.batch_size)
