@@ -8,6 +8,10 @@ resampling, so no verdict moves with a random seed.
 - ``welch``: the difference, its Welch interval and two-sided p (scipy).
 - ``min_detectable_difference``: the smallest true difference the seeds detect with power ``POWER`` at ``ALPHA``
   (two-sided two-sample t test, statsmodels' power solver), from the seeds' pooled spread.
+- ``seeds_needed``: how many seeds per backbone the same test needs to detect a given difference (the gap of
+  interest) with that power, from the same spread (scipy's noncentral t); ``seeds_to_bound``: how many it needs
+  for the interval of a zero true difference to lie inside ±gap with that power (what "equal within" asks).
+  Together they say what resolving a "not resolved" would take.
 - ``holm``: Holm's step-down adjustment over a family of p-values (statsmodels).
 - ``decide``: the verdict of one comparison: "A > B", "A < B", "equal within ±x" (the interval lies inside ±x
   and x is no larger than the gap of interest), or "not resolved" (a gap of that size cannot be excluded).
@@ -21,19 +25,21 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import integrate, stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestIndPower
 
 ALPHA = 0.05
 POWER = 0.8
+MAX_SEEDS = 1000  # seeds_needed reports more than this as infinite
 
 
 @dataclass(frozen=True)
 class SeedComparison:
     """Backbone a minus backbone b over their seeds: the difference of seed means, Welch's (1 - alpha) interval,
     its two-sided p (NaN when the seed spread is unknown: fewer than 2 seeds a side or no spread at all), the
-    seeds on each side, and the minimum detectable difference (NaN likewise)."""
+    seeds on each side, the minimum detectable difference (NaN likewise) and the pooled seed standard deviation
+    it comes from (NaN with fewer than 3 seeds in all)."""
 
     mean: float
     low: float
@@ -42,6 +48,7 @@ class SeedComparison:
     n_a: int
     n_b: int
     detectable: float
+    std: float = math.nan
 
 
 def _values(seeds) -> np.ndarray:
@@ -71,17 +78,69 @@ def min_detectable_difference(std: float, n_a: int, n_b: int, alpha: float = ALP
     return float(effect) * std
 
 
+def seeds_needed(std: float, difference: float, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The seeds per backbone (the same count on both sides) with which a two-sided two-sample t test at
+    ``alpha`` detects a true ``difference`` with probability ``power``, for seeds of standard deviation ``std``:
+    an integer >= 2; infinity above MAX_SEEDS; NaN where ``std`` is unknown."""
+    if not math.isfinite(std) or std <= 0 or not math.isfinite(difference) or difference == 0:
+        return math.nan
+    effect = abs(difference) / std
+    for n in range(2, MAX_SEEDS + 1):  # the power grows with n: the first n that has it
+        dof, noncentrality = 2 * n - 2, effect * math.sqrt(n / 2)
+        critical = stats.t.ppf(1 - alpha / 2, dof)
+        # the tail opposite the difference holds under alpha / 2 and shrinks as n grows; where it underflows,
+        # scipy's noncentral t returns NaN for it, and it counts as 0
+        opposite = float(stats.nct.cdf(-critical, dof, noncentrality))
+        if stats.nct.sf(critical, dof, noncentrality) + (opposite if math.isfinite(opposite) else 0.0) >= power:
+            return float(n)
+    return math.inf
+
+
+def bound_power(std: float, gap: float, n: int, alpha: float = ALPHA) -> float:
+    """The probability that the (1 - alpha) pooled two-sample t interval of a zero true difference lies inside
+    ±``gap``, with ``n`` seeds a side of standard deviation ``std``: the integral over the seeds' estimated
+    spread s (s / std = sqrt(chi2(dof) / dof)) of P(|mean difference| <= gap - t s sqrt(2 / n))."""
+    dof, spread = 2 * n - 2, std * math.sqrt(2 / n)      # the mean difference's standard deviation
+    critical = stats.t.ppf(1 - alpha / 2, dof)
+    reach = gap / (critical * spread)                    # the largest s / std with an interval inside ±gap
+    ratio = stats.chi(dof, scale=1 / math.sqrt(dof))
+
+    def inside(u: float) -> float:
+        return (2 * stats.norm.cdf(gap / spread - critical * u) - 1) * ratio.pdf(u)
+
+    # over the bulk of s / std only (outside it the density is below 1e-12 in all), so that quad sees its peak
+    low, high = ratio.ppf(1e-12), min(reach, ratio.ppf(1 - 1e-12))
+    return float(integrate.quad(inside, low, high, limit=200)[0]) if high > low else 0.0
+
+
+def seeds_to_bound(std: float, gap: float, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The seeds per backbone (the same count on both sides) with which the (1 - alpha) interval of a zero true
+    difference lies inside ±``gap`` with probability ``power`` (``bound_power``): an integer >= 2; infinity
+    above MAX_SEEDS; NaN where ``std`` is unknown."""
+    if not math.isfinite(std) or std <= 0 or not math.isfinite(gap) or gap <= 0:
+        return math.nan
+    if bound_power(std, gap, MAX_SEEDS, alpha) < power:
+        return math.inf
+    low, high = 1, MAX_SEEDS  # the power grows with n: bisect for the smallest n that has it
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if bound_power(std, gap, middle, alpha) >= power else (middle, high)
+    return float(max(2, high))
+
+
 def welch(a, b, alpha: float = ALPHA) -> SeedComparison:
-    """``a`` minus ``b`` (seed values of each): Welch's interval and p, and the detectable difference."""
+    """``a`` minus ``b`` (seed values of each): Welch's interval and p, the detectable difference and the
+    pooled spread it comes from."""
     first, second = _values(a), _values(b)
     mean = float(first.mean() - second.mean())
-    detectable = min_detectable_difference(pooled_std(first, second), first.size, second.size, alpha)
+    std = pooled_std(first, second)
+    detectable = min_detectable_difference(std, first.size, second.size, alpha)
     if min(first.size, second.size) < 2 or (np.ptp(first) == 0 and np.ptp(second) == 0):
-        return SeedComparison(mean, math.nan, math.nan, math.nan, first.size, second.size, detectable)
+        return SeedComparison(mean, math.nan, math.nan, math.nan, first.size, second.size, detectable, std)
     test = stats.ttest_ind(first, second, equal_var=False)
     interval = test.confidence_interval(1 - alpha)
     return SeedComparison(mean, float(interval.low), float(interval.high), float(test.pvalue), first.size,
-                          second.size, detectable)
+                          second.size, detectable, std)
 
 
 def holm(p_values, alpha: float = ALPHA) -> list[float]:

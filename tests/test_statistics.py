@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from prism_rec.statistics import decide, holm, min_detectable_difference, pooled_std, welch
+from prism_rec.statistics import (
+    MAX_SEEDS,
+    decide,
+    holm,
+    min_detectable_difference,
+    pooled_std,
+    seeds_needed,
+    seeds_to_bound,
+    welch,
+)
 
 A = [0.861, 0.866, 0.858, 0.870, 0.864]
 B = [0.851, 0.857, 0.855, 0.849, 0.860]
@@ -43,6 +52,55 @@ def test_detectable_difference_has_the_power(n_a, n_b):
     power = stats.nct.sf(critical, dof, noncentrality) + stats.nct.cdf(-critical, dof, noncentrality)
     assert power == pytest.approx(0.8, abs=1e-4)
     assert math.isnan(min_detectable_difference(std, 1, 5)) and math.isnan(min_detectable_difference(0.0, 5, 5))
+
+
+@pytest.mark.parametrize("std, difference", [(0.004, 0.01), (0.004, -0.006), (0.002, 0.0017), (0.001, 0.01)])
+def test_seeds_needed_is_the_first_count_whose_simulated_t_tests_have_the_power(std, difference):
+    """Simulated two-sided two-sample t tests (pooled variance, written out) at the returned count reject at
+    least 80% of the time and one seed fewer less than that, beyond the simulation's error."""
+    n = seeds_needed(std, difference)
+    rng = np.random.default_rng(0)
+
+    def rejected(count: int, trials: int = 40000) -> float:
+        a = rng.normal(difference, std, (trials, count))
+        b = rng.normal(0.0, std, (trials, count))
+        pooled = np.sqrt((a.var(axis=1, ddof=1) + b.var(axis=1, ddof=1)) / 2)
+        t = (a.mean(axis=1) - b.mean(axis=1)) / (pooled * math.sqrt(2 / count))
+        return float(np.mean(np.abs(t) > stats.t.ppf(0.975, 2 * count - 2)))
+
+    assert n >= 2 and rejected(int(n)) > 0.8 - 0.01
+    if n > 2:
+        assert rejected(int(n) - 1) < 0.8 + 0.01
+
+
+def test_seeds_needed_edges():
+    assert seeds_needed(0.004, 0.1) == 2                          # the fewest a spread can come from
+    assert seeds_needed(0.004, 1e-6) == math.inf                  # more than MAX_SEEDS
+    normal = 2 * (stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) ** 2 / 0.2 ** 2  # large n: the z test's count
+    assert normal <= seeds_needed(0.004, 0.004 * 0.2) <= normal + 3 < MAX_SEEDS
+    assert math.isnan(seeds_needed(math.nan, 0.01)) and math.isnan(seeds_needed(0.0, 0.01))
+    assert math.isnan(seeds_needed(0.004, 0.0))
+
+
+@pytest.mark.parametrize("std, gap", [(0.004, 0.01), (0.002, 0.0026), (0.003, 0.002)])
+def test_seeds_to_bound_is_the_first_count_whose_simulated_intervals_fall_inside_the_gap(std, gap):
+    """Simulated seeds of two backbones with no true difference: the pooled t interval (written out) lies inside
+    ±gap in at least 80% of the trials at the returned count, and in less at one seed fewer."""
+    n = seeds_to_bound(std, gap)
+    rng = np.random.default_rng(1)
+
+    def inside(count: int, trials: int = 40000) -> float:
+        a, b = rng.normal(0.0, std, (trials, count)), rng.normal(0.0, std, (trials, count))
+        pooled = np.sqrt((a.var(axis=1, ddof=1) + b.var(axis=1, ddof=1)) / 2)
+        half = stats.t.ppf(0.975, 2 * count - 2) * pooled * math.sqrt(2 / count)
+        return float(np.mean(np.abs(a.mean(axis=1) - b.mean(axis=1)) + half <= gap))
+
+    assert n >= 2 and inside(int(n)) > 0.8 - 0.01
+    if n > 2:
+        assert inside(int(n) - 1) < 0.8 + 0.01
+    normal = 2 * (stats.norm.ppf(0.975) + stats.norm.ppf(0.9)) ** 2 / 0.2 ** 2  # large n: the spread known
+    assert normal <= seeds_to_bound(std, 0.2 * std) <= normal + 3
+    assert seeds_to_bound(std, 1e-3 * std) == math.inf and math.isnan(seeds_to_bound(math.nan, gap))
 
 
 def test_holm_is_the_step_down_loop():

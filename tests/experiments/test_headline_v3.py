@@ -17,7 +17,7 @@ from prism_rec.experiments.headline import driver, verdicts
 from prism_rec.experiments.headline.protocol import DATASETS, V2
 from prism_rec.experiments.headline.v3 import V3
 from prism_rec.files import read_jsonl
-from prism_rec.statistics import welch
+from prism_rec.statistics import seeds_needed, welch
 from prism_rec.tracking.bootstrap import _percentile_interval
 from prism_rec.tracking.records import make_record
 from tests.experiments.test_headline import fake_dataset, fake_result
@@ -105,7 +105,7 @@ def direct_detectable(std, n_a, n_b, alpha=0.05, power=0.8):
 
     def gap(effect):
         nc = effect * scale
-        return stats.nct.sf(crit, dof, nc) + stats.nct.cdf(-crit, dof, nc) - power
+        return stats.nct.sf(crit, dof, nc) + np.nan_to_num(stats.nct.cdf(-crit, dof, nc)) - power  # NaN: underflow
 
     return optimize.brentq(gap, 1e-6, 50) * std
 
@@ -126,6 +126,10 @@ def test_seed_figures_match_their_direct_computations():
     assert (comparison.low, comparison.high, comparison.p) == pytest.approx((low, high, p), rel=1e-9)
     pooled = math.sqrt((np.var(a, ddof=1) * 4 + np.var(b, ddof=1) * 4) / 8)
     assert comparison.detectable == pytest.approx(direct_detectable(pooled, 5, 5), rel=1e-4)
+    assert comparison.std == pytest.approx(pooled, rel=1e-12)
+    # the seeds that would detect a gap: the detectable difference of that many seeds reaches it, of one fewer not
+    needed = seeds_needed(comparison.std, 0.0025)
+    assert direct_detectable(pooled, needed, needed) <= 0.0025 < direct_detectable(pooled, needed - 1, needed - 1)
     family = [0.004, 0.03, 0.2]
     assert verdicts.seedstats.holm(family) == pytest.approx(direct_holm(np.array(family)).tolist())
 
@@ -183,6 +187,19 @@ def test_bad_input_is_refused_before_any_training(tmp_path, trained, capsys, opt
         main(["headline", "run", "--protocol", "v3", "--out", str(tmp_path), "--models", "sasrec", *options])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
     assert not trained and not (tmp_path / V3.manifest_name).exists()
+
+
+def assert_seed_counts_stated(comparisons, findings: str, dataset: str) -> None:
+    """Each unresolved comparison of the one dataset compared names its seed counts as the span's ends."""
+    from prism_rec.experiments.headline import v3_tables
+
+    for comparison in comparisons:
+        if comparison.verdict.startswith("not resolved"):
+            counts = [v3_tables.seed_count_text(seeds).replace("> ", "more than ")
+                      for seeds in (comparison.seeds_for_gap, comparison.seeds_to_bound)]
+            assert (f"where not resolved, at those seeds' spread, detecting a difference of the gap of interest would "
+                    f"take {counts[0]} ({dataset}) seeds per backbone and bounding a zero difference within it "
+                    f"{counts[1]} ({dataset})") in findings
 
 
 def test_the_v3_pages_state_grids_edges_verdicts_what_moved_and_what_is_incomplete(tmp_path, monkeypatch, capsys):
@@ -248,7 +265,9 @@ def test_the_v3_pages_state_grids_edges_verdicts_what_moved_and_what_is_incomple
     for comparison in expected:
         u = comparison.users
         assert (f"| {comparison.first} − {comparison.second}" in section and f"**{comparison.verdict}**" in section
-                and f"[{u.low:+.4f}, {u.high:+.4f}]" in section and f"| {comparison.seeds.detectable:.4f} |" in section)
+                and f"[{u.low:+.4f}, {u.high:+.4f}]" in section and f"| {comparison.seeds.detectable:.4f} |" in section
+                and f"({comparison.gap_source}) | {v3_tables.seeds_for_gap_text(comparison)} |" in section)
+        assert comparison.seeds_for_gap == seeds_needed(comparison.seeds.std, comparison.gap)
     assert "Incomplete" not in section
     registered = registry.list_backbones()
     never = [m for m in registered if m not in {"prism", "gated_deltanet", "sasrec", "pop"}]  # no electronics run
@@ -267,6 +286,7 @@ def test_the_v3_pages_state_grids_edges_verdicts_what_moved_and_what_is_incomple
         "| gated_deltanet: 4 of 5 seeds |")
     assert "gated_deltanet − prism" not in front and front.count("| prism − gated_deltanet (best − second) |") == 2
     found = front.split("## Findings")[1].split("## Verdicts")[0]
+    assert_seed_counts_stated(expected, found, ELECTRONICS)
     assert len([line for line in found.splitlines() if line[:3] in {f"{n}. " for n in range(1, 10)}]) == 7
     d64_tables = sum(f"### {d} (d64)" in front for d in DATASETS)
     assert "hstu, mamba2, mamba2-authors" in found and f"on all {d64_tables} d64 tables" in found

@@ -19,11 +19,22 @@ from pathlib import Path
 from ...files import read_jsonl, write_atomically
 from ...markdown import fill, pipe_table
 from ...paths import RESULTS_DIR, TEMPLATES_DIR
-from ...statistics import ALPHA, POWER
+from ...statistics import ALPHA, MAX_SEEDS, POWER
 from ...tracking.bootstrap import PairedDifference, verdict
 from .protocol import CASE_RANKS_NAME, PROTOCOL, V2, WIDTH
 from .v3 import V3, WIDE_DATASETS
-from .v3_tables import COMMAND, FRONT_PAGE, NAME, PAIRS, DatasetResults, Results, analyse, comparison_table, markdown
+from .v3_tables import (
+    COMMAND,
+    FRONT_PAGE,
+    NAME,
+    PAIRS,
+    DatasetResults,
+    Results,
+    analyse,
+    comparison_table,
+    markdown,
+    seed_count_text,
+)
 from .verdicts import MC_MARGIN, N_MOST, N_START, Comparison, direction
 
 VERDICTS = "[verdicts per dataset](#verdicts-per-dataset)"
@@ -136,6 +147,15 @@ def width_section(results: Results) -> str:
                       width_rows(results), align="llrrrll")
 
 
+def _span(counts: list[tuple[float, str]]) -> str:
+    """"N (dataset)" of the one count, or "N (dataset) to M (dataset)" of the fewest and the most."""
+    def text(seeds: float, dataset: str) -> str:
+        return f"{seed_count_text(seeds).replace('> ', 'more than ')} ({dataset})"
+
+    ordered = sorted(counts)
+    return text(*ordered[0]) if len(ordered) == 1 else f"{text(*ordered[0])} to {text(*ordered[-1])}"
+
+
 def _pair_finding(tables: list[DatasetResults], first: str, second: str) -> str:
     known = [(t.dataset, c) for t in tables if (c := t.comparison(first, second)) is not None]
     waiting = [t.dataset for t in tables if t.comparison(first, second) is None]
@@ -151,6 +171,12 @@ def _pair_finding(tables: list[DatasetResults], first: str, second: str) -> str:
     detectable = [c.seeds.detectable for _, c in known if math.isfinite(c.seeds.detectable)]
     if detectable:
         parts.append(f"the seeds detect {min(detectable):.4f} to {max(detectable):.4f} with {POWER:.0%} power")
+    unresolved = [(d, c) for d, c in known if c.verdict.startswith("not resolved") and math.isfinite(c.seeds.std)]
+    if unresolved:
+        spans = [_span([(getattr(c, name), d) for d, c in unresolved]) for name in ("seeds_for_gap", "seeds_to_bound")]
+        parts.append(f"where not resolved, at those seeds' spread, detecting a difference of the gap of interest "
+                     f"would take {spans[0]} seeds per backbone and bounding a zero difference within it "
+                     f"{spans[1]}")
     return (f"**{first} − {second} at {width}: {first} > {second} on {len(above)} of the {len(known)} datasets "
             f"compared**" + (f" ({', '.join(above)})" if above else "")
             + "".join(f"; {p}" for p in parts if p) + f" ({VERDICTS}).")
@@ -256,7 +282,7 @@ def readme(results: Results, folder: str, rank_rows: int) -> str:
         "start": ", ".join(f"{r:g}" for r in V3.grid.start), "ladder": ", ".join(f"{r:g}" for r in V3.grid.ladder),
         "seeds": f"{V3.seeds[0]}-{V3.seeds[-1]}", "v2_grid": ", ".join(f"{r:g}" for r in V2.grid),
         "v2_seeds": f"{V2.seeds[0]}-{V2.seeds[-1]}", "alpha": ALPHA, "power": f"{POWER:.0%}",
-        "n_start": f"{N_START:,}", "n_most": f"{N_MOST:,}", "mc_margin": f"{MC_MARGIN:g}",
+        "n_start": f"{N_START:,}", "n_most": f"{N_MOST:,}", "mc_margin": f"{MC_MARGIN:g}", "max_seeds": MAX_SEEDS,
         "verdicts": "\n".join(dataset_section(t) for t in results.datasets), "moved": moved_section(results),
         "d64": V3.widths[WIDTH].d_model, "d256": V3.widths["d256"].d_model,
         "wide_datasets": " and ".join(WIDE_DATASETS),

@@ -19,7 +19,7 @@ import numpy as np
 
 from ... import registry
 from ...markdown import pipe_table
-from ...statistics import ALPHA, POWER
+from ...statistics import ALPHA, MAX_SEEDS, POWER
 from ...tracking.bootstrap import PairedDifference, bootstrap_mean_ci, paired_difference
 from ...tracking.case_ranks import decode
 from ...tracking.cells import Cell, seeds_text
@@ -145,9 +145,20 @@ def ranks_moved(cells: dict, v2_cells: dict, dataset: str) -> tuple[int, int]:
     return sum(a != b for a, b in zip(after, before)), len(after)
 
 
+def seed_count_text(seeds: float) -> str:
+    """A seed count of statistics.seeds_needed or seeds_to_bound: the count, "> MAX_SEEDS" or "n/a"."""
+    return "n/a" if np.isnan(seeds) else f"> {MAX_SEEDS}" if np.isinf(seeds) else f"{seeds:.0f}"
+
+
+def seeds_for_gap_text(comparison: Comparison) -> str:
+    """The seeds per backbone that would detect the comparison's gap of interest, and that would bound a zero
+    difference within it: "detect / bound"."""
+    return f"{seed_count_text(comparison.seeds_for_gap)} / {seed_count_text(comparison.seeds_to_bound)}"
+
+
 def comparison_table(comparisons: list[Comparison], best: set) -> str:
     """One row per comparison: the difference, both intervals, the seeds, the detectable difference, the gap of
-    interest, the Holm-adjusted p and the verdict."""
+    interest with the seeds per backbone that would detect it, the Holm-adjusted p and the verdict."""
     rows = []
     for c in comparisons:
         s, u = c.seeds, c.users
@@ -156,11 +167,11 @@ def comparison_table(comparisons: list[Comparison], best: set) -> str:
         users = f"[{u.low:+.4f}, {u.high:+.4f}] ({u.level:.1%}, {u.n_resamples:,} resamples)"
         rows.append([what, f"{s.mean:+.4f}", users, welch, f"{s.n_a}/{s.n_b}",
                      "n/a" if not np.isfinite(s.detectable) else f"{s.detectable:.4f}",
-                     f"{c.gap:.4f} ({c.gap_source})", "n/a" if not np.isfinite(c.adjusted_p) else f"{c.adjusted_p:.2g}",
-                     f"**{c.verdict}**"])
+                     f"{c.gap:.4f} ({c.gap_source})", seeds_for_gap_text(c),
+                     "n/a" if not np.isfinite(c.adjusted_p) else f"{c.adjusted_p:.2g}", f"**{c.verdict}**"])
     return pipe_table(["difference", "value", "paired bootstrap CI (test users)", "95% Welch CI (seeds)", "seeds",
-                       f"detectable ({POWER:.0%} power, α {ALPHA})", "gap of interest", "Holm p", "verdict"],
-                      rows, align="lrrrrrrrl")
+                       f"detectable ({POWER:.0%} power, α {ALPHA})", "gap of interest",
+                       "seeds for the gap (detect / bound)", "Holm p", "verdict"], rows, align="lrrrrrrrrl")
 
 
 def auc_table(cells: dict, v2_cells: dict, models: list[str], dataset: str, metrics: tuple[str, ...] = ()) -> str:

@@ -115,6 +115,18 @@ class Comparison:
     adjusted_p: float = math.nan
     verdict: str = ""
 
+    @property
+    def seeds_for_gap(self) -> float:
+        """The seeds per backbone with which the seed test detects the gap of interest at its power, from these
+        seeds' spread (statistics.seeds_needed: infinity above MAX_SEEDS, NaN with the spread unknown)."""
+        return seedstats.seeds_needed(self.seeds.std, self.gap)
+
+    @property
+    def seeds_to_bound(self) -> float:
+        """The seeds per backbone with which the Welch-interval rule's "equal within" the gap of interest holds at
+        the power for a zero true difference, from these seeds' spread (statistics.seeds_to_bound)."""
+        return seedstats.seeds_to_bound(self.seeds.std, self.gap)
+
 
 def compare(first: str, second: str, seeds_a, seeds_b, per_user_a: np.ndarray, per_user_b: np.ndarray,
             dataset: str, level: float, seed: int = 0, gap: tuple[float, str] | None = None) -> Comparison:
