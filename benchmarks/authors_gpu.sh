@@ -22,22 +22,34 @@
 # those models' authors step, eager and graphed (benchmarks/authors_step.py, one process per model so that a
 # crash loses only its own row), beside the grids; OUT_DIR/authors_step.txt holds their rows and errors.
 # AUTHORS_MODELS=a,b,... narrows the authors grid to those models (authors grid --models);
-# AUTHORS_SCAN_BACKEND=torch trains the grid's delta-scan backbones (gated_deltanet, prism, mamba2) on the
-# scan's PyTorch path instead of the Triton kernels (authors grid --scan-backend; the records name it).
+# AUTHORS_SCAN_BACKEND=torch trains the authors grid's models that run the delta scan (registry.runs_scan:
+# gated_deltanet, prism, mamba2 and mamba2-authors of the design) on the scan's PyTorch path instead of the
+# Triton kernels (authors grid --scan-backend; each record's "scan" names the backend).
 # BEFORE="COMMAND" runs COMMAND alone on the GPU before the grids start (no MPS server yet; at most
-# BEFORE_TIMEOUT seconds, default 240, taken from the call): a diagnosis that must not share the GPU, as
-#   BEFORE="CUDA_LAUNCH_BLOCKING=1 prism-rec authors train --model gated_deltanet --epochs 1 --lr 0.001"
+# BEFORE_TIMEOUT seconds, default half of BUDGET, and its time comes off BUDGET): a diagnosis that must not
+# share the GPU, as
+#   BEFORE="CUDA_LAUNCH_BLOCKING=1 python3 -m prism_rec.cli authors train --model gated_deltanet --epochs 1 --lr 0.001"
 # OUT_DIR/before.txt holds its output and exit status. BESIDE="COMMAND" runs COMMAND beside the grids (a
 # diagnosis, say); OUT_DIR/beside.txt holds its output.
 set -uo pipefail
 out=${1:?usage: benchmarks/authors_gpu.sh OUT_DIR}
 export PROTOCOL=v3 BUDGET=${BUDGET:-240} DATASETS=${DATASETS:-ml-100k}
 export MODELS=${MODELS:-prism-authors,gdn-authors,mamba2-authors,mamba2,transformer++,null}
+# the settings of this script, checked before anything is installed or trained
+if ! [[ $BUDGET =~ ^[0-9]+$ ]]; then echo "BUDGET must be whole seconds, got '$BUDGET'"; exit 2; fi
+before_timeout=${BEFORE_TIMEOUT:-$((BUDGET / 2))}
+if ! [[ $before_timeout =~ ^[0-9]+$ ]] || [ "$before_timeout" -ge "$BUDGET" ]; then
+    echo "BEFORE_TIMEOUT must be whole seconds below BUDGET ($BUDGET), got '$before_timeout'"; exit 2
+fi
 . benchmarks/gpu_setup.sh || exit 1
+if ! python3 -c "import sys; from prism_rec.kernels.delta_scan import BACKENDS; sys.exit(sys.argv[1] not in BACKENDS)" \
+    "${AUTHORS_SCAN_BACKEND:-auto}"; then
+    echo "AUTHORS_SCAN_BACKEND must be one of kernels/delta_scan.py's BACKENDS, got '$AUTHORS_SCAN_BACKEND'"; exit 2
+fi
 mkdir -p "$out"
 if [ -n "${BEFORE:-}" ]; then
     started=$SECONDS
-    timeout "${BEFORE_TIMEOUT:-240}" bash -c "$BEFORE" > "$out/before.txt" 2>&1
+    timeout -k 10 "$before_timeout" bash -c "$BEFORE" > "$out/before.txt" 2>&1
     echo "exit status $? after $((SECONDS - started)) s" >> "$out/before.txt"
     echo "BEFORE: $(tail -n 1 "$out/before.txt")"
     BUDGET=$((BUDGET - (SECONDS - started)))

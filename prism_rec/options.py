@@ -155,12 +155,10 @@ def check_unique(names: list[str], option: str) -> None:
 def check_backbone_options(models: list[str], options: dict) -> None:
     """Each ``--option KEY=VALUE`` of the type of KEY's default in every registered model of ``models`` that
     takes KEY (an integer default takes integers; a number, numbers; a flag, True or False)."""
-    import inspect
-
     for model in models:
         if model not in registry.list_backbones():
             continue  # named by the command's own check of the models
-        parameters = inspect.signature(registry.backbone_entry(model).factory).parameters
+        parameters = registry.backbone_parameters(model)
         for key, value in options.items():
             default = parameters[key].default if key in parameters else None
             kinds = {bool: (bool,), int: (int,), float: (int, float)}.get(type(default))

@@ -4,6 +4,8 @@ A backbone is an ``nn.Module`` built as ``cls(d_model=..., **options)`` whose fo
 states [B, T, d] and a padding mask [B, T] (True = real item; sequences are left-padded) and returns
 [B, T, d], causally. Registering one is a decorator on a class or factory in a file of ``baselines/``; one
 whose class says ``trains = False`` is a recommender that does not train (:func:`trains`).
+A backbone whose factory takes ``backend`` (``SCAN_OPTION``) runs the delta scan (kernels/delta_scan.py) and
+gives it that backend (:func:`runs_scan`).
 A dataset is a ``prism_rec.data.sources.DatasetSource`` subclass registered in a file of ``prism_rec/data/``.
 Every module of the packages in ``DISCOVERED_PACKAGES`` is imported when the registry is first read, so a
 new file is all it takes.
@@ -12,12 +14,14 @@ new file is all it takes.
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 DISCOVERED_PACKAGES = ("prism_rec.baselines", "prism_rec.models", "prism_rec.data")
+SCAN_OPTION = "backend"  # the factory option naming the delta scan's backend (kernels/delta_scan.py BACKENDS)
 RECBOLE_PREFIX = "recbole:"  # "recbole:<Model>" names a RecBole model trained through prism_rec/recbole_bridge
 _BACKBONES: dict[str, BackboneEntry] = {}
 _DATASETS: dict[str, Any] = {}
@@ -83,6 +87,18 @@ def backbone_entry(name: str) -> BackboneEntry:
     if name not in _BACKBONES:
         raise KeyError(f"unknown backbone {name!r}; registered: {', '.join(sorted(_BACKBONES))}")
     return _BACKBONES[name]
+
+
+def backbone_parameters(name: str) -> dict[str, inspect.Parameter]:
+    """The options the backbone ``name``'s factory takes: its signature's parameters by name (``d_model`` and the
+    settings every backbone shares among them)."""
+    return dict(inspect.signature(backbone_entry(name).factory).parameters)
+
+
+def runs_scan(name: str) -> bool:
+    """Whether the registered backbone ``name`` runs the delta scan: its factory takes ``SCAN_OPTION``."""
+    _discover()
+    return name in _BACKBONES and SCAN_OPTION in backbone_parameters(name)
 
 
 def trains(name: str) -> bool:

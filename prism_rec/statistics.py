@@ -9,9 +9,10 @@ resampling, so no verdict moves with a random seed.
 - ``min_detectable_difference``: the smallest true difference the seeds detect with power ``POWER`` at ``ALPHA``
   (two-sided two-sample t test, statsmodels' power solver), from the seeds' pooled spread.
 - ``seeds_needed``: how many seeds per backbone the same test needs to detect a given difference (the gap of
-  interest) with that power, from the same spread (scipy's noncentral t); ``seeds_to_bound``: how many it needs
-  for the interval of a zero true difference to lie inside ±gap with that power (what "equal within" asks).
-  Together they say what resolving a "not resolved" would take.
+  interest) with that power, from the same spread (scipy's noncentral t); ``seeds_to_bound``: how many for the
+  pooled t interval of a zero true difference to lie inside ±gap with that power (about what "equal within"
+  asks). Both take the observed spread as the true one and alpha unadjusted, so they are planning figures:
+  lower bounds on what resolving a "not resolved" would take.
 - ``holm``: Holm's step-down adjustment over a family of p-values (statsmodels).
 - ``decide``: the verdict of one comparison: "A > B", "A < B", "equal within ±x" (the interval lies inside ±x
   and x is no larger than the gap of interest), or "not resolved" (a gap of that size cannot be excluded).
@@ -32,6 +33,7 @@ from statsmodels.stats.power import TTestIndPower
 ALPHA = 0.05
 POWER = 0.8
 MAX_SEEDS = 1000  # seeds_needed reports more than this as infinite
+NOT_EXCLUDED = "not resolved (a gap of ±{gap:.4f} is not excluded)"  # decide's verdict when the data cannot tell
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,9 @@ def seeds_needed(std: float, difference: float, alpha: float = ALPHA, power: flo
     if not math.isfinite(std) or std <= 0 or not math.isfinite(difference) or difference == 0:
         return math.nan
     effect = abs(difference) / std
-    for n in range(2, MAX_SEEDS + 1):  # the power grows with n: the first n that has it
+    # scipy's noncentral t here, not statsmodels' solver, whose power comes out NaN where the opposite tail
+    # underflows (large noncentrality)
+    for n in range(2, MAX_SEEDS + 1):  # the first n that has the power
         dof, noncentrality = 2 * n - 2, effect * math.sqrt(n / 2)
         critical = stats.t.ppf(1 - alpha / 2, dof)
         # the tail opposite the difference holds under alpha / 2 and shrinks as n grows; where it underflows,
@@ -108,7 +112,7 @@ def bound_power(std: float, gap: float, n: int, alpha: float = ALPHA) -> float:
     def inside(u: float) -> float:
         return (2 * stats.norm.cdf(gap / spread - critical * u) - 1) * ratio.pdf(u)
 
-    # over the bulk of s / std only (outside it the density is below 1e-12 in all), so that quad sees its peak
+    # over the bulk of s / std only (outside it lies a probability of 2e-12), so that quad sees its peak
     low, high = ratio.ppf(1e-12), min(reach, ratio.ppf(1 - 1e-12))
     return float(integrate.quad(inside, low, high, limit=200)[0]) if high > low else 0.0
 
@@ -119,13 +123,11 @@ def seeds_to_bound(std: float, gap: float, alpha: float = ALPHA, power: float = 
     above MAX_SEEDS; NaN where ``std`` is unknown."""
     if not math.isfinite(std) or std <= 0 or not math.isfinite(gap) or gap <= 0:
         return math.nan
-    if bound_power(std, gap, MAX_SEEDS, alpha) < power:
+    if bound_power(std, gap, MAX_SEEDS, alpha) < power:  # at large n the power grows with n
         return math.inf
-    low, high = 1, MAX_SEEDS  # the power grows with n: bisect for the smallest n that has it
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (low, middle) if bound_power(std, gap, middle, alpha) >= power else (middle, high)
-    return float(max(2, high))
+    # upwards from 2, not by bisection: at small n the power can fall as n grows (chi's heavy lower tail at few
+    # degrees of freedom), though only while it is a few percent
+    return float(next(n for n in range(2, MAX_SEEDS + 1) if bound_power(std, gap, n, alpha) >= power))
 
 
 def welch(a, b, alpha: float = ALPHA) -> SeedComparison:
@@ -165,4 +167,10 @@ def decide(comparison: SeedComparison, adjusted_p: float, gap: float, alpha: flo
     bound = max(abs(comparison.low), abs(comparison.high))
     if bound <= gap:
         return f"equal within ±{bound:.4f}"
-    return f"not resolved (a gap of ±{gap:.4f} is not excluded)"
+    return NOT_EXCLUDED.format(gap=gap)
+
+
+def gap_not_excluded(verdict: str) -> bool:
+    """Whether ``verdict`` (``decide``'s) is "not resolved" because a gap of interest cannot be excluded: the
+    verdict more seeds could settle (``seeds_needed``, ``seeds_to_bound``)."""
+    return verdict.startswith(NOT_EXCLUDED.split("{")[0])

@@ -9,6 +9,7 @@ from scipy import stats
 from prism_rec.statistics import (
     MAX_SEEDS,
     decide,
+    gap_not_excluded,
     holm,
     min_detectable_difference,
     pooled_std,
@@ -125,6 +126,9 @@ def test_decide():
     wide = welch([0.85, 0.87, 0.86], [0.86, 0.84, 0.87])
     assert decide(wide, 1.0, gap=0.002) == "not resolved (a gap of ±0.0020 is not excluded)"
     assert decide(welch([0.8], [0.7]), math.nan, gap=0.01) == "not resolved (seed spread unknown)"
+    verdicts = [decide(wide, 1.0, gap=0.002), decide(close, 1.0, gap=0.002), decide(result, result.p, gap=0.002),
+                decide(welch([0.8], [0.7]), math.nan, gap=0.01)]
+    assert [gap_not_excluded(v) for v in verdicts] == [True, False, False, False]
 
 
 def test_bad_input_is_refused():

@@ -53,7 +53,7 @@ from ..paths import RESULTS_DIR
 from ..recbole_bridge import is_recbole
 from ..recbole_bridge.config import run_options
 from ..recbole_bridge.run import fit_recbole
-from ..registry import backbone_entry, build_backbone, get_dataset, trains
+from ..registry import backbone_parameters, build_backbone, get_dataset, trains
 from ..tracking import runs
 from ..tracking.cells import Cell
 from ..tracking.records import child_run, dataset_stats_tag, run_hash
@@ -135,8 +135,7 @@ def _check_backbone(model: str, config: TrainConfig) -> None:
     shared = {"d_model": config.d_model, "n_layers": config.n_layers, "n_heads": config.n_heads,
               "dropout": config.dropout}
     options = config.backbone_options
-    factory = backbone_entry(model).factory
-    parameters = inspect.signature(factory).parameters
+    parameters = backbone_parameters(model)
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         for key, value in options.items():
             if key not in parameters:

@@ -23,7 +23,7 @@ from ..data.core import ProcessedDataset
 from ..files import jsonl_text, read_jsonl, write_atomically
 from ..names import path_name
 from ..recbole_bridge import is_recbole
-from ..registry import backbone_entry
+from ..registry import backbone_entry, backbone_parameters
 from ..training.compile import resolve_compile
 from ..training.config import TrainConfig, config_hash
 from ..training.devices import resolve_device
@@ -59,7 +59,7 @@ def backbone_options(model: str, config: TrainConfig) -> dict:
 
         return model_settings(model, config)
     entry = backbone_entry(model)
-    defaults = {name: parameter.default for name, parameter in inspect.signature(entry.factory).parameters.items()
+    defaults = {name: parameter.default for name, parameter in backbone_parameters(model).items()
                 if parameter.default is not inspect.Parameter.empty and name not in SHARED_BACKBONE_SETTINGS}
     return {**defaults, **entry.defaults, **config.backbone_options}
 

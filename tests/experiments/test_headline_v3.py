@@ -194,12 +194,14 @@ def assert_seed_counts_stated(comparisons, findings: str, dataset: str) -> None:
     from prism_rec.experiments.headline import v3_tables
 
     for comparison in comparisons:
-        if comparison.verdict.startswith("not resolved"):
+        if comparison.verdict.startswith("not resolved (a gap of"):
             counts = [v3_tables.seed_count_text(seeds).replace("> ", "more than ")
                       for seeds in (comparison.seeds_for_gap, comparison.seeds_to_bound)]
-            assert (f"where not resolved, at those seeds' spread, detecting a difference of the gap of interest would "
-                    f"take {counts[0]} ({dataset}) seeds per backbone and bounding a zero difference within it "
-                    f"{counts[1]} ({dataset})") in findings
+            assert (f"where a gap of interest is not excluded, at least {counts[0]} ({dataset}) seeds per backbone "
+                    f"would detect a difference of its size with 80% power, and {counts[1]} ({dataset}) would bound "
+                    f"a zero difference within it (at the observed spread)") in findings
+        else:
+            assert v3_tables.gap_seed_counts_text(comparison) == "—"
 
 
 def test_the_v3_pages_state_grids_edges_verdicts_what_moved_and_what_is_incomplete(tmp_path, monkeypatch, capsys):
@@ -266,7 +268,7 @@ def test_the_v3_pages_state_grids_edges_verdicts_what_moved_and_what_is_incomple
         u = comparison.users
         assert (f"| {comparison.first} − {comparison.second}" in section and f"**{comparison.verdict}**" in section
                 and f"[{u.low:+.4f}, {u.high:+.4f}]" in section and f"| {comparison.seeds.detectable:.4f} |" in section
-                and f"({comparison.gap_source}) | {v3_tables.seeds_for_gap_text(comparison)} |" in section)
+                and f"({comparison.gap_source}) | {v3_tables.gap_seed_counts_text(comparison)} |" in section)
         assert comparison.seeds_for_gap == seeds_needed(comparison.seeds.std, comparison.gap)
     assert "Incomplete" not in section
     registered = registry.list_backbones()

@@ -27,6 +27,9 @@ def no_work(monkeypatch):
 
     for name in ("load_task", "run", "run_grid"):
         monkeypatch.setattr(commands, name, work)
+    # a Triton scan backend off CUDA is refused unless Triton's interpreter is on, which tests/kernels/conftest.py
+    # turns on for the whole session
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -43,6 +46,7 @@ def no_work(monkeypatch):
     (["--device", "tpu"], "option --device: 'tpu' is not a usable device"),
     (["--scan-backend", "fast"], "option --scan-backend: expected one of auto, naive, torch"),
     (["--scan-backend", "torch"], "option --scan-backend: sasrec runs no delta scan"),
+    (["--model", "prism", "--scan-backend", "triton"], "option --scan-backend: triton needs a CUDA device"),
 ])
 def test_bad_train_options_are_refused_before_work(argv, message, tmp_path, capsys, no_work):
     record = tmp_path / "record.json"
@@ -74,6 +78,9 @@ def test_bad_train_options_are_refused_before_work(argv, message, tmp_path, caps
     (["--min-user-edges", "0"], "option --min-user-edges: must be >= 1"),
     (["--device", "tpu"], "option --device: 'tpu' is not a usable device"),
     (["--scan-backend", "fast"], "option --scan-backend: expected one of auto, naive, torch"),
+    (["--scan-backend", "triton"], "option --scan-backend: triton needs a CUDA device"),
+    (["--models", "sasrec,null", "--scan-backend", "torch"],
+     "option --scan-backend: none of the models (sasrec, null)"),
 ])
 def test_bad_grid_options_are_refused_before_work(argv, message, tmp_path, capsys, no_work):
     error = refusal(["authors", "grid", "--out", str(tmp_path / "out"), "--device", "cpu", *argv], capsys)

@@ -7,6 +7,8 @@ from prism_rec.protocols.authors.design import Design
 from prism_rec.protocols.authors.grid import expected_seconds
 from prism_rec.protocols.authors.train import RunConfig
 
+EAGER = ("eager", None)  # the kind of an eager run of a model without the delta scan (grid.run_kind)
+
 BASE = RunConfig(model="null", epochs=2, batch_size=16, n_neighbours=3, channel=4, n_heads=1)
 GRID = TuningGrid((1e-3, 1e-2), (1e-4, 1e-3, 1e-2, 1e-1))
 
@@ -60,23 +62,27 @@ def test_rows_of_other_settings_are_not_this_designs():
 
 def test_the_expected_time_is_the_models_mean_else_the_slowest_models():
     rows = [row("sasrec", 1e-3, wall=10.0), row("sasrec", 1e-2, wall=20.0), row("null", 1e-3, wall=4.0)]
-    assert expected_seconds(rows, "tiny", "sasrec", "eager") == pytest.approx(15.0)
-    assert expected_seconds(rows, "tiny", "prism", "eager") == pytest.approx(15.0)
-    assert expected_seconds(rows, "other", "prism", "eager") is None
+    assert expected_seconds(rows, "tiny", "sasrec", EAGER) == pytest.approx(15.0)
+    assert expected_seconds(rows, "tiny", "prism", EAGER) == pytest.approx(15.0)
+    assert expected_seconds(rows, "other", "prism", EAGER) is None
 
 
-def test_a_runs_expected_time_is_that_of_its_models_runs_with_the_same_step():
-    def row(model, seconds, step=None):
+def test_a_runs_expected_time_is_that_of_its_models_runs_with_the_same_step_and_scan():
+    def row(model, seconds, step=None, scan=None):
         return {"dataset": "d", "config": {"model": model}, "wall_seconds": seconds,
-                **({"step": step} if step else {})}
+                **({"step": step} if step else {}), **({"scan": scan} if scan else {})}
 
-    rows = [row("a", 400.0), row("a", 300.0, "eager"), row("a", 60.0, "cuda graphs"), row("b", 900.0)]
-    assert expected_seconds(rows, "d", "a", "cuda graphs") == 60.0
-    assert expected_seconds(rows, "d", "a", "eager") == 350.0       # records without a step were eager
-    assert expected_seconds(rows, "d", "b", "cuda graphs") is None  # b's eager times do not tell
-    assert expected_seconds(rows, "d", "c", "eager") == 900.0       # no run of c: the slowest eager model's
-    assert expected_seconds(rows, "d", "c", "cuda graphs") == 60.0  # ... or graphed one's
-    assert expected_seconds(rows, "e", "a", "eager") is None
+    graphs = ("cuda graphs", None)
+    rows = [row("a", 400.0), row("a", 300.0, "eager"), row("a", 60.0, "cuda graphs"), row("b", 900.0),
+            row("p", 500.0, "eager", "triton"), row("p", 200.0, "eager", "torch")]
+    assert expected_seconds(rows, "d", "a", graphs) == 60.0
+    assert expected_seconds(rows, "d", "a", EAGER) == 350.0       # records without a step were eager
+    assert expected_seconds(rows, "d", "b", graphs) is None       # b's eager times do not tell
+    assert expected_seconds(rows, "d", "c", EAGER) == 900.0       # no run of c: the slowest eager model's
+    assert expected_seconds(rows, "d", "c", graphs) == 60.0       # ... or graphed one's
+    assert expected_seconds(rows, "e", "a", EAGER) is None
+    assert expected_seconds(rows, "d", "p", ("eager", "torch")) == 200.0   # the scan's backend counts too
+    assert expected_seconds(rows, "d", "p", ("eager", "chunk_split")) is None
 
 
 def test_a_preset_trains_every_seed_at_its_bases_chosen_rate_and_runs_no_grid():

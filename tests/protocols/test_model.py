@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from prism_rec import registry
 from prism_rec.errors import OptionError
 from prism_rec.protocols.authors import model as link
 from prism_rec.protocols.authors.model import LinkModel, MergeLayer, TimeEncoder, head_width
@@ -68,8 +69,8 @@ def test_null_source_is_the_last_token_plus_the_user_token():
 
 
 def test_the_scan_models_are_those_whose_layers_call_the_delta_scan():
-    assert [m for m in ("gated_deltanet", "prism", "mamba2", "mamba2-authors") if not link.has_scan(m)] == []
-    assert [m for m in ("sasrec", "gdn-authors", "prism-authors", "null", "pop", "hstu") if link.has_scan(m)] == []
+    assert [m for m in ("gated_deltanet", "prism", "mamba2", "mamba2-authors") if not registry.runs_scan(m)] == []
+    assert [m for m in ("sasrec", "gdn-authors", "prism-authors", "null", "pop", "hstu") if registry.runs_scan(m)] == []
 
 
 def test_the_scan_backend_reaches_every_scan_layer_and_keeps_the_source():
@@ -87,12 +88,15 @@ def test_the_scan_backend_reaches_every_scan_layer_and_keeps_the_source():
     torch.testing.assert_close(sources["naive"], sources["torch"], rtol=1e-5, atol=1e-6)
 
 
-def test_scan_backend_checks_and_resolution():
+def test_scan_backend_checks_and_resolution(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # tests/kernels/conftest.py sets it for the session
     assert link.check_scan_backend("torch", "prism") == "torch" and link.check_scan_backend("auto", "sasrec") == "auto"
     with pytest.raises(OptionError, match="option --scan-backend: expected one of auto, naive, torch"):
         link.check_scan_backend("cuda")
     with pytest.raises(OptionError, match="option --scan-backend: sasrec runs no delta scan .*gated_deltanet"):
         link.check_scan_backend("torch", "sasrec")
+    with pytest.raises(OptionError, match="option --scan-backend: chunk_split needs a CUDA device .*--device cpu"):
+        link.check_scan_backend("chunk_split", "prism", torch.device("cpu"))
     cpu = torch.device("cpu")
     assert link.scan_backend_used("prism", "auto", cpu, 21) == "torch"
     assert link.scan_backend_used("prism", "naive", cpu, 21) == "naive"

@@ -171,12 +171,12 @@ def _pair_finding(tables: list[DatasetResults], first: str, second: str) -> str:
     detectable = [c.seeds.detectable for _, c in known if math.isfinite(c.seeds.detectable)]
     if detectable:
         parts.append(f"the seeds detect {min(detectable):.4f} to {max(detectable):.4f} with {POWER:.0%} power")
-    unresolved = [(d, c) for d, c in known if c.verdict.startswith("not resolved") and math.isfinite(c.seeds.std)]
-    if unresolved:
-        spans = [_span([(getattr(c, name), d) for d, c in unresolved]) for name in ("seeds_for_gap", "seeds_to_bound")]
-        parts.append(f"where not resolved, at those seeds' spread, detecting a difference of the gap of interest "
-                     f"would take {spans[0]} seeds per backbone and bounding a zero difference within it "
-                     f"{spans[1]}")
+    open_gaps = [(d, c) for d, c in known if c.gap_open and not math.isnan(c.seeds_for_gap)]
+    if open_gaps:
+        spans = [_span([(getattr(c, name), d) for d, c in open_gaps]) for name in ("seeds_for_gap", "seeds_to_bound")]
+        parts.append(f"where a gap of interest is not excluded, at least {spans[0]} seeds per backbone would detect "
+                     f"a difference of its size with {POWER:.0%} power, and {spans[1]} would bound a zero difference "
+                     f"within it (at the observed spread)")
     return (f"**{first} − {second} at {width}: {first} > {second} on {len(above)} of the {len(known)} datasets "
             f"compared**" + (f" ({', '.join(above)})" if above else "")
             + "".join(f"; {p}" for p in parts if p) + f" ({VERDICTS}).")

@@ -150,15 +150,17 @@ def seed_count_text(seeds: float) -> str:
     return "n/a" if np.isnan(seeds) else f"> {MAX_SEEDS}" if np.isinf(seeds) else f"{seeds:.0f}"
 
 
-def seeds_for_gap_text(comparison: Comparison) -> str:
-    """The seeds per backbone that would detect the comparison's gap of interest, and that would bound a zero
-    difference within it: "detect / bound"."""
+def gap_seed_counts_text(comparison: Comparison) -> str:
+    """For a verdict that leaves the gap of interest open, the seeds per backbone that would detect it and that
+    would bound a zero difference within it, "detect / bound"; "—" for the other verdicts."""
+    if not comparison.gap_open:
+        return "—"
     return f"{seed_count_text(comparison.seeds_for_gap)} / {seed_count_text(comparison.seeds_to_bound)}"
 
 
 def comparison_table(comparisons: list[Comparison], best: set) -> str:
     """One row per comparison: the difference, both intervals, the seeds, the detectable difference, the gap of
-    interest with the seeds per backbone that would detect it, the Holm-adjusted p and the verdict."""
+    interest (where left open, the seeds per backbone that would settle it), the Holm-adjusted p and the verdict."""
     rows = []
     for c in comparisons:
         s, u = c.seeds, c.users
@@ -167,11 +169,11 @@ def comparison_table(comparisons: list[Comparison], best: set) -> str:
         users = f"[{u.low:+.4f}, {u.high:+.4f}] ({u.level:.1%}, {u.n_resamples:,} resamples)"
         rows.append([what, f"{s.mean:+.4f}", users, welch, f"{s.n_a}/{s.n_b}",
                      "n/a" if not np.isfinite(s.detectable) else f"{s.detectable:.4f}",
-                     f"{c.gap:.4f} ({c.gap_source})", seeds_for_gap_text(c),
+                     f"{c.gap:.4f} ({c.gap_source})", gap_seed_counts_text(c),
                      "n/a" if not np.isfinite(c.adjusted_p) else f"{c.adjusted_p:.2g}", f"**{c.verdict}**"])
     return pipe_table(["difference", "value", "paired bootstrap CI (test users)", "95% Welch CI (seeds)", "seeds",
                        f"detectable ({POWER:.0%} power, α {ALPHA})", "gap of interest",
-                       "seeds for the gap (detect / bound)", "Holm p", "verdict"], rows, align="lrrrrrrrrl")
+                       "seeds to settle the gap (detect / bound)", "Holm p", "verdict"], rows, align="lrrrrrrrrl")
 
 
 def auc_table(cells: dict, v2_cells: dict, models: list[str], dataset: str, metrics: tuple[str, ...] = ()) -> str:

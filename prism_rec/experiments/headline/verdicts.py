@@ -19,6 +19,8 @@ difference, Holm's correction and the gap of interest.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -116,15 +118,22 @@ class Comparison:
     verdict: str = ""
 
     @property
+    def gap_open(self) -> bool:
+        """Whether the verdict leaves a gap of interest not excluded: what more seeds could settle."""
+        return seedstats.gap_not_excluded(self.verdict)
+
+    @functools.cached_property
     def seeds_for_gap(self) -> float:
-        """The seeds per backbone with which the seed test detects the gap of interest at its power, from these
-        seeds' spread (statistics.seeds_needed: infinity above MAX_SEEDS, NaN with the spread unknown)."""
+        """The seeds per backbone with which the seed test (alpha unadjusted) detects the gap of interest at its
+        power, these seeds' spread taken as the true one (statistics.seeds_needed: infinity above MAX_SEEDS,
+        NaN with the spread unknown)."""
         return seedstats.seeds_needed(self.seeds.std, self.gap)
 
-    @property
+    @functools.cached_property
     def seeds_to_bound(self) -> float:
-        """The seeds per backbone with which the Welch-interval rule's "equal within" the gap of interest holds at
-        the power for a zero true difference, from these seeds' spread (statistics.seeds_to_bound)."""
+        """The seeds per backbone with which the pooled t interval of a zero true difference lies inside ± the gap
+        of interest at the power, from these seeds' spread (statistics.seeds_to_bound). The verdict's Welch
+        interval is a little wider at the same seeds, so this is a lower bound for "equal within"."""
         return seedstats.seeds_to_bound(self.seeds.std, self.gap)
 
 
@@ -165,5 +174,4 @@ def family(pairs: list[tuple[str, str]], data: dict[str, tuple[list[float], np.n
     comparisons = [compare(a, b, data[a][0], data[b][0], data[a][1], data[b][1], dataset, level, seed)
                    for a, b in distinct]
     adjusted = seedstats.holm([c.seeds.p for c in comparisons], alpha)
-    return [Comparison(**{**c.__dict__, "adjusted_p": p, "verdict": decide(c, p, alpha)})
-            for c, p in zip(comparisons, adjusted)]
+    return [dataclasses.replace(c, adjusted_p=p, verdict=decide(c, p, alpha)) for c, p in zip(comparisons, adjusted)]

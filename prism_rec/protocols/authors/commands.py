@@ -21,7 +21,7 @@ from ...files import write_atomically
 from ...training.devices import ONE_DEVICE_HELP, resolve_device
 from .data import check_dataset, load_task
 from .design import DESIGN_MODELS, DESIGN_SEEDS, EQUAL_HEAD, Design
-from .grid import run_grid
+from .grid import check_scan_option, run_grid
 from .model import SCAN_BACKENDS, check_model, check_scan_backend, head_width
 from .next_item import NEXT_ITEM_MANIFESTS
 from .report import REPORT, write_report
@@ -97,8 +97,8 @@ def command_train(args: argparse.Namespace) -> None:
     check_dataset(args.dataset)
     config = _base_config(args, check_model(args.model), args.head_width)
     config = RunConfig(**{**config.to_dict(), "seed": args.seed}).check()
-    check_scan_backend(args.scan_backend, config.model)
     device = _device(args)
+    check_scan_backend(args.scan_backend, config.model, device)
     record = run(load_task(args.dataset, args.min_user_edges, args.raw_dir), config, device,
                  graphs=False if args.eager else None, scan_backend=args.scan_backend)
     print(describe(record))
@@ -129,11 +129,11 @@ def _design(args: argparse.Namespace) -> Design:
 
 def command_grid(args: argparse.Namespace) -> None:
     design = _design(args)
-    check_scan_backend(args.scan_backend)
     threads = _threads(args)
     executor = executor_from_args(args, args.budget)
     torch.set_num_threads(threads)  # every run trains with it (grid.GridJob.threads)
     try:
+        check_scan_option(args.scan_backend, design, executor)  # run_grid checks it too; here before any work
         counts = run_grid(Path(args.out), design, args.budget, min_user_edges=args.min_user_edges,
                           raw_dir=args.raw_dir, executor=executor,
                           graphs=False if args.eager else None, scan_backend=args.scan_backend)

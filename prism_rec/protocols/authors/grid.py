@@ -27,29 +27,38 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ...errors import OptionError
 from ...experiments.campaign import Campaign, Executor, LocalExecutor, Manifest, Status, deadline_after
 from ...files import write_atomically
+from ...registry import runs_scan
 from ...training.devices import resolve_device
 from .data import EdgeTask, load_task
 from .design import Design, identity, run_key
-from .model import check_scan_backend, has_scan
+from .model import check_scan_backend, scan_backend_used
 from .train import RunConfig, describe, run, step_kind
 
 MANIFEST = "manifest.jsonl"
 
 
-def expected_seconds(rows: list[dict], dataset: str, model: str, step: str) -> float | None:
-    """The mean wall time of ``model``'s runs on ``dataset`` in ``rows`` that trained with ``step`` (a
-    record's "step": "eager" or "cuda graphs"; records before it were eager); None when the model has runs
-    there only with the other step (their times do not tell: graphs speed the step up 2-8x,
-    results/authors_step.md); for a model without runs there, that of the slowest model with runs of
-    ``step``; None without any."""
+def run_kind(record: dict) -> tuple[str, str | None]:
+    """How a finished run trained: its record's "step" ("eager" or "cuda graphs"; records before it were eager)
+    and "scan" (the delta scan's backend; None for a model without the scan and for records before it)."""
+    return record.get("step", "eager"), record.get("scan")
+
+
+def expected_seconds(rows: list[dict], dataset: str, model: str, kind: tuple[str, str | None]) -> float | None:
+    """The mean wall time of ``model``'s runs on ``dataset`` in ``rows`` that trained as ``kind`` (``run_kind``);
+    None when the model has runs there only of another kind (their times do not tell: graphs speed the step up
+    2-8x, results/authors_step.md, and the scan's backends differ too); for a model without runs there, that
+    of the slowest model with runs of the same step; None without any."""
     times: dict[str, list[float]] = {}
     for row in rows:
-        if row["dataset"] == dataset and row.get("step", "eager") == step:
+        if row["dataset"] == dataset and run_kind(row)[0] == kind[0]:
             times.setdefault(row["config"]["model"], []).append(row["wall_seconds"])
-    if model in times:
-        return float(np.mean(times[model]))
+    own = [row["wall_seconds"] for row in rows
+           if row["dataset"] == dataset and row["config"]["model"] == model and run_kind(row) == kind]
+    if own:
+        return float(np.mean(own))
     if any(row["dataset"] == dataset and row["config"]["model"] == model for row in rows):
         return None
     return max((float(np.mean(values)) for values in times.values()), default=None)
@@ -109,8 +118,9 @@ class _Priority:
     yet started that is expected to end by the deadline, and counts it as started (the campaign gets no
     ``expected_seconds``, so the run it accepts is the run that starts)."""
 
-    def __init__(self, design: Design, manifest: Manifest, deadline: float, step: Callable[[str], str]):
-        self.design, self.manifest, self.deadline, self.step = design, manifest, deadline, step
+    def __init__(self, design: Design, manifest: Manifest, deadline: float,
+                 kind: Callable[[str], tuple[str, str | None]]):
+        self.design, self.manifest, self.deadline, self.kind = design, manifest, deadline, kind
         self.started: set[str] = set()
         self.pending: list[tuple[str, str, RunConfig]] = []
         self.expected: dict[tuple[str, str], float | None] = {}
@@ -121,7 +131,7 @@ class _Priority:
         rows = self.manifest.entries
         self.pending = [(identity(dataset, config.to_dict()), dataset, config)
                         for dataset, config in self.design.pending(rows)]
-        self.expected = {(dataset, config.model): expected_seconds(rows, dataset, config.model, self.step(config.model))
+        self.expected = {(dataset, config.model): expected_seconds(rows, dataset, config.model, self.kind(config.model))
                          for _, dataset, config in self.pending}
 
     def _fits(self, dataset: str, config: RunConfig) -> bool:
@@ -137,6 +147,17 @@ class _Priority:
         return True
 
 
+def check_scan_option(scan_backend: str, design: Design, executor: Executor) -> None:
+    """OptionError naming --scan-backend unless the grid can give ``scan_backend`` to the design's models that run
+    the delta scan: a known backend, a model that runs it (unless "auto"), Triton and CUDA for a Triton backend
+    (a local pool's device; a Dask worker's device is its own)."""
+    check_scan_backend(scan_backend, device=resolve_device(executor.job_device)
+                       if isinstance(executor, LocalExecutor) else None)
+    if scan_backend != "auto" and not any(runs_scan(model) for model in design.models):
+        raise OptionError(f"option --scan-backend: none of the models ({', '.join(design.models)}) runs the delta "
+                          f"scan")
+
+
 def run_grid(out: Path, design: Design, budget: float | None, device: str = "auto", min_user_edges: int | None = None,
              raw_dir: str | None = None, workers: int = 1, executor: Executor | None = None,
              log=print, graphs: bool | None = None, scan_backend: str = "auto") -> dict[str, int]:
@@ -145,21 +166,28 @@ def run_grid(out: Path, design: Design, budget: float | None, device: str = "aut
     grid --threads) and ``graphs`` (train.run's); ``scan_backend`` goes to the models that run the delta scan
     (the others take "auto"); counts: finished, dropped (at the budget), failed, pending (runs that could start
     now, left for the next call)."""
-    check_scan_backend(scan_backend)
     out = Path(out)
     deadline = deadline_after(budget)
     executor = executor or LocalExecutor(workers, device)
+    check_scan_option(scan_backend, design, executor)
     _TASKS.clear()
     for dataset in design.datasets:  # refusals before any run; the runs of this process read these
         _task(dataset, min_user_edges, raw_dir)
     manifest = Manifest(out / MANIFEST, key=lambda row: identity(row["dataset"], row["config"]))
-    priority = _Priority(design, manifest, deadline, lambda model: step_kind(model, executor.job_device, graphs))
+    tokens = 1 + design.base.n_neighbours
+
+    def kind(model: str) -> tuple[str, str | None]:
+        scan = scan_backend if runs_scan(model) else "auto"
+        return (step_kind(model, executor.job_device, graphs),
+                scan_backend_used(model, scan, resolve_device(executor.job_device), tokens))
+
+    priority = _Priority(design, manifest, deadline, kind)
     in_process = isinstance(executor, LocalExecutor) and executor.workers == 1
     threads = torch.get_num_threads()
 
     def job(dataset: str, config: RunConfig) -> GridJob:
         return GridJob(dataset, config.to_dict(), min_user_edges, raw_dir, executor.job_device, deadline, threads,
-                       in_process, graphs, scan_backend if has_scan(config.model) else "auto")
+                       in_process, graphs, scan_backend if runs_scan(config.model) else "auto")
 
     queued = {key for key, _, _ in priority.pending}
 

@@ -29,7 +29,8 @@ is the next-item protocol's, whose sequences have no user token to add).
 
 from __future__ import annotations
 
-import inspect
+import importlib.util
+import os
 
 import numpy as np
 import torch
@@ -37,8 +38,8 @@ from torch import nn
 
 from ...errors import OptionError
 from ...kernels.delta_scan import BACKENDS as SCAN_BACKENDS
-from ...kernels.delta_scan import auto_backend
-from ...registry import backbone_entry, build_backbone, list_backbones
+from ...kernels.delta_scan import TRITON_BACKENDS, auto_backend
+from ...registry import SCAN_OPTION, build_backbone, list_backbones, runs_scan
 
 CHANNEL = 64          # --channel_embedding_dim in rec/README.md's commands
 TIME_DIM = 100        # --time_feat_dim default, load_configs.py:36
@@ -71,26 +72,29 @@ def head_width(model: str, head: str, feature_dim: int, channel: int = CHANNEL, 
     return width
 
 
-def has_scan(model: str) -> bool:
-    """Whether ``model``'s backbone runs the project's delta scan (its factory takes the scan's ``backend``)."""
-    return model in list_backbones() and "backend" in inspect.signature(backbone_entry(model).factory).parameters
-
-
-def check_scan_backend(backend: str, model: str | None = None, option: str = "--scan-backend") -> str:
-    """``backend`` if it is one of the scan's backends (kernels/delta_scan.py) and, with ``model``, that model
-    runs the scan or ``backend`` is "auto"; OptionError naming ``option`` otherwise."""
+def check_scan_backend(backend: str, model: str | None = None, device: torch.device | None = None,
+                       option: str = "--scan-backend") -> str:
+    """``backend`` if it is one of the delta scan's backends (kernels/delta_scan.py), ``model`` (when given)
+    runs the scan (registry.runs_scan) or ``backend`` is "auto", and a Triton backend has Triton and, on
+    ``device`` (when given), CUDA (or Triton's interpreter); OptionError naming ``option`` otherwise."""
     if backend not in SCAN_BACKENDS:
         raise OptionError(f"option {option}: expected one of {', '.join(SCAN_BACKENDS)}, got {backend!r}")
-    if model is not None and backend != "auto" and not has_scan(model):
-        scanned = ", ".join(name for name in list_backbones() if has_scan(name))
+    if model is not None and backend != "auto" and not runs_scan(model):
+        scanned = ", ".join(name for name in list_backbones() if runs_scan(name))
         raise OptionError(f"option {option}: {model} runs no delta scan (those that do: {scanned})")
+    if backend in TRITON_BACKENDS:
+        if importlib.util.find_spec("triton") is None:
+            raise OptionError(f"option {option}: {backend} needs Triton, which is not installed")
+        if device is not None and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise OptionError(f"option {option}: {backend} needs a CUDA device (or TRITON_INTERPRET=1), "
+                              f"got --device {device}")
     return backend
 
 
 def scan_backend_used(model: str, backend: str, device: torch.device, tokens: int) -> str | None:
     """The scan backend ``model`` trains with for ``backend`` on ``device`` over ``tokens`` positions
     ("auto" resolved as delta_scan resolves it); None for a model without the scan."""
-    if not has_scan(model):
+    if not runs_scan(model):
         return None
     return auto_backend(device.type == "cuda", tokens) if backend == "auto" else backend
 
@@ -142,7 +146,7 @@ class NullMixer(nn.Module):
 
 class LinkModel(nn.Module):
     """Source encoder, destination encoder and MergeLayer of the authors' code (module docstring).
-    ``scan_backend``: the delta scan's backend (kernels/delta_scan.py) in backbones that run it (``has_scan``);
+    ``scan_backend``: the delta scan's backend (kernels/delta_scan.py) in backbones that run it (registry.runs_scan);
     the backends compute the same recurrence, so it picks kernels, not a setting of the run."""
 
     def __init__(self, model: str, node_features: torch.Tensor, edge_features: torch.Tensor, width: int,
@@ -158,7 +162,7 @@ class LinkModel(nn.Module):
             "node": nn.Linear(feature_dim, channel), "edge": nn.Linear(edge_features.shape[1], channel),
             "time": nn.Linear(time_dim, channel), "id": nn.Linear(channel, channel),
         })
-        scan = {"backend": check_scan_backend(scan_backend, model)} if has_scan(model) else {}
+        scan = {SCAN_OPTION: check_scan_backend(scan_backend, model)} if runs_scan(model) else {}
         self.backbone = (NullMixer() if model == NULL else
                          build_backbone(model, d_model=4 * channel, n_layers=n_layers, n_heads=n_heads,
                                         dropout=dropout, **scan))

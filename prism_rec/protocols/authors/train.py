@@ -34,9 +34,9 @@ from .model import CHANNEL, POP, LinkModel, check_model, check_scan_backend, hea
 
 VALID_NEGATIVE_SEED, TEST_NEGATIVE_SEED = 0, 2  # train_link_prediction.py:81, 83
 # The models whose graphed step trains their eager one on the H200 (results/authors_step.md). The backbones on
-# the project's Triton scan (prism, gated_deltanet, mamba2) are not among them: their grid runs died there with
-# an illegal memory access, graphed and eager (results/authors_step.md says what was seen; cause not found),
-# so by default they train eager.
+# the project's delta scan (registry.runs_scan: prism, gated_deltanet, mamba2, mamba2-authors) are not among
+# them: the grid runs of prism and gated_deltanet died there with an illegal memory access, graphed and eager
+# (results/authors_step.md says what was seen; cause not found), so by default they train eager.
 GRAPHED_MODELS = frozenset({"sasrec", "gdn-authors", "prism-authors"})
 
 
@@ -272,7 +272,7 @@ def run(task: EdgeTask, config: RunConfig, device: torch.device, deadline: float
     backbones that run it (model.LinkModel); the record's "scan" names the one used (None: no scan)."""
     start = time.monotonic()
     config.check()
-    check_scan_backend(scan_backend, config.model)
+    check_scan_backend(scan_backend, config.model, device)
     if graphs and device.type != "cuda":
         raise OptionError(f"CUDA graphs need a CUDA device, got {device}")
     step = step_kind(config.model, device, graphs)
