@@ -188,14 +188,17 @@ def bench(dataset_name: str, models: list[str], seeds: list[int], config: TrainC
     check_bench_options(dataset_name, models, config, data_options)
     world = distributed.start(resolve_device(config.device))
     previous_handlers = {number: signal.signal(number, _raise_interrupt) for number in STOP_SIGNALS}
+    finished = False
     try:
-        return _bench(world, dataset_name, models, seeds, config, data_options, Path(results_dir),
-                      command or "prism-rec " + " ".join(shlex.quote(a) for a in sys.argv[1:]), resume,
-                      Path(checkpoint_dir))
+        results = _bench(world, dataset_name, models, seeds, config, data_options, Path(results_dir),
+                         command or "prism-rec " + " ".join(shlex.quote(a) for a in sys.argv[1:]), resume,
+                         Path(checkpoint_dir))
+        finished = True
+        return results
     finally:
         for number, handler in previous_handlers.items():
             signal.signal(number, handler)
-        distributed.stop(world)
+        distributed.stop(world, finished)
 
 
 def _check_sample_size(dataset, config: TrainConfig) -> None:

@@ -104,6 +104,12 @@ def start(device: torch.device) -> World:
     return world
 
 
-def stop(world: World) -> None:
+def stop(world: World, finished: bool = False) -> None:
+    """Leave the process group. ``finished`` (every rank got to the end of its work): wait for the others first,
+    so that a rank done early (rank 1 logs nothing) does not tear down its gloo connections while rank 0 still
+    writes the results; that aborted the early rank ("terminate called without an active exception") and made
+    torchrun stop rank 0. After an error no rank waits: torchrun ends the others when one exits with it."""
     if world.distributed and dist.is_initialized():
+        if finished:
+            dist.barrier()
         dist.destroy_process_group()

@@ -44,3 +44,20 @@ def test_two_gloo_processes_match_one_process(store, tiny, one_torch_thread):
     losses = mlflow.MlflowClient().get_metric_history(child["run_id"], "train_loss")
     assert [m.value for m in losses] == pytest.approx([row["train_loss"] for row in single.history],
                                                       rel=LOSS_RELATIVE_TOLERANCE)
+
+
+@pytest.mark.parametrize("finished, calls", [(True, ["barrier", "destroy"]), (False, ["destroy"])])
+def test_a_finished_rank_waits_for_the_others_before_leaving_the_group(monkeypatch, finished, calls):
+    """A rank done early (rank 1 logs nothing) waits at a barrier before tearing down its connections, while
+    rank 0 writes the results; after an error no rank waits (torchrun ends the others)."""
+    from prism_rec.training import distributed
+
+    seen = []
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(distributed.dist, "barrier", lambda: seen.append("barrier"))
+    monkeypatch.setattr(distributed.dist, "destroy_process_group", lambda: seen.append("destroy"))
+    distributed.stop(distributed.World(rank=1, size=2, local_rank=1), finished)
+    assert seen == calls
+    seen.clear()
+    distributed.stop(distributed.World(rank=0, size=1, local_rank=0), finished)  # one process: no group
+    assert seen == []
