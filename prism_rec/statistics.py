@@ -80,24 +80,34 @@ def min_detectable_difference(std: float, n_a: int, n_b: int, alpha: float = ALP
     return float(effect) * std
 
 
+def detect_power(effect: float, n: int, alpha: float = ALPHA) -> float:
+    """The power of the two-sided two-sample t test at ``alpha`` with ``n`` seeds a side against a true
+    difference of ``effect`` standard deviations (scipy's noncentral t; statsmodels' comes out NaN where the
+    opposite tail underflows, at large noncentrality)."""
+    dof, noncentrality = 2 * n - 2, effect * math.sqrt(n / 2)
+    critical = stats.t.ppf(1 - alpha / 2, dof)
+    # the tail opposite the difference holds under alpha / 2 and shrinks as n grows; where it underflows,
+    # scipy's noncentral t returns NaN for it, and it counts as 0
+    opposite = float(stats.nct.cdf(-critical, dof, noncentrality))
+    return float(stats.nct.sf(critical, dof, noncentrality)) + (opposite if math.isfinite(opposite) else 0.0)
+
+
+def _fewest_seeds(power_at, power: float) -> float:
+    """The smallest n in 2..MAX_SEEDS with ``power_at(n)`` >= ``power``, searched upwards from 2 (not by
+    bisection: a power can fall as n grows at few seeds); infinity where MAX_SEEDS does not reach it (at large n
+    the powers here grow with n)."""
+    if power_at(MAX_SEEDS) < power:
+        return math.inf
+    return float(next(n for n in range(2, MAX_SEEDS + 1) if power_at(n) >= power))
+
+
 def seeds_needed(std: float, difference: float, alpha: float = ALPHA, power: float = POWER) -> float:
     """The seeds per backbone (the same count on both sides) with which a two-sided two-sample t test at
-    ``alpha`` detects a true ``difference`` with probability ``power``, for seeds of standard deviation ``std``:
-    an integer >= 2; infinity above MAX_SEEDS; NaN where ``std`` is unknown."""
+    ``alpha`` detects a true ``difference`` with probability ``power``, for seeds of standard deviation ``std``
+    (``detect_power``): an integer >= 2; infinity above MAX_SEEDS; NaN where ``std`` is unknown."""
     if not math.isfinite(std) or std <= 0 or not math.isfinite(difference) or difference == 0:
         return math.nan
-    effect = abs(difference) / std
-    # scipy's noncentral t here, not statsmodels' solver, whose power comes out NaN where the opposite tail
-    # underflows (large noncentrality)
-    for n in range(2, MAX_SEEDS + 1):  # the first n that has the power
-        dof, noncentrality = 2 * n - 2, effect * math.sqrt(n / 2)
-        critical = stats.t.ppf(1 - alpha / 2, dof)
-        # the tail opposite the difference holds under alpha / 2 and shrinks as n grows; where it underflows,
-        # scipy's noncentral t returns NaN for it, and it counts as 0
-        opposite = float(stats.nct.cdf(-critical, dof, noncentrality))
-        if stats.nct.sf(critical, dof, noncentrality) + (opposite if math.isfinite(opposite) else 0.0) >= power:
-            return float(n)
-    return math.inf
+    return _fewest_seeds(lambda n: detect_power(abs(difference) / std, n, alpha), power)
 
 
 def bound_power(std: float, gap: float, n: int, alpha: float = ALPHA) -> float:
@@ -123,11 +133,8 @@ def seeds_to_bound(std: float, gap: float, alpha: float = ALPHA, power: float = 
     above MAX_SEEDS; NaN where ``std`` is unknown."""
     if not math.isfinite(std) or std <= 0 or not math.isfinite(gap) or gap <= 0:
         return math.nan
-    if bound_power(std, gap, MAX_SEEDS, alpha) < power:  # at large n the power grows with n
-        return math.inf
-    # upwards from 2, not by bisection: at small n the power can fall as n grows (chi's heavy lower tail at few
-    # degrees of freedom), though only while it is a few percent
-    return float(next(n for n in range(2, MAX_SEEDS + 1) if bound_power(std, gap, n, alpha) >= power))
+    # at few seeds this power can fall as n grows (chi's heavy lower tail), though only while it is a few percent
+    return _fewest_seeds(lambda n: bound_power(std, gap, n, alpha), power)
 
 
 def welch(a, b, alpha: float = ALPHA) -> SeedComparison:

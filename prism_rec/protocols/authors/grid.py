@@ -174,12 +174,14 @@ def run_grid(out: Path, design: Design, budget: float | None, device: str = "aut
     for dataset in design.datasets:  # refusals before any run; the runs of this process read these
         _task(dataset, min_user_edges, raw_dir)
     manifest = Manifest(out / MANIFEST, key=lambda row: identity(row["dataset"], row["config"]))
-    tokens = 1 + design.base.n_neighbours
+    tokens, job_device = 1 + design.base.n_neighbours, resolve_device(executor.job_device)
+
+    def scan_of(model: str) -> str:  # the grid's scan backend goes to the models that run the scan
+        return scan_backend if runs_scan(model) else "auto"
 
     def kind(model: str) -> tuple[str, str | None]:
-        scan = scan_backend if runs_scan(model) else "auto"
         return (step_kind(model, executor.job_device, graphs),
-                scan_backend_used(model, scan, resolve_device(executor.job_device), tokens))
+                scan_backend_used(model, scan_of(model), job_device, tokens))
 
     priority = _Priority(design, manifest, deadline, kind)
     in_process = isinstance(executor, LocalExecutor) and executor.workers == 1
@@ -187,7 +189,7 @@ def run_grid(out: Path, design: Design, budget: float | None, device: str = "aut
 
     def job(dataset: str, config: RunConfig) -> GridJob:
         return GridJob(dataset, config.to_dict(), min_user_edges, raw_dir, executor.job_device, deadline, threads,
-                       in_process, graphs, scan_backend if runs_scan(config.model) else "auto")
+                       in_process, graphs, scan_of(config.model))
 
     queued = {key for key, _, _ in priority.pending}
 

@@ -12,6 +12,7 @@ headline manifests, ``next_item``), and the statement ``decision`` computes from
 
 from __future__ import annotations
 
+import collections
 import json
 import warnings
 from pathlib import Path
@@ -123,11 +124,7 @@ def group_table(runs: list[dict], dataset: str, rates: dict[str, str]) -> tuple[
 def scan_note(runs: list[dict]) -> str:
     """A sentence naming, per model, the delta scan backends its runs trained with and how many runs each
     (train.run's record "scan"; models without the scan and older records name none); "" when none does."""
-    used: dict[tuple[str, str], int] = {}
-    for run in runs:
-        if run.get("scan"):
-            key = (run["config"]["model"], run["scan"])
-            used[key] = used.get(key, 0) + 1
+    used = collections.Counter((run["config"]["model"], run["scan"]) for run in runs if run.get("scan"))
     if not used:
         return ""
     return " Delta scan (kernels/delta_scan.py backend): " + ", ".join(
