@@ -42,9 +42,24 @@ $(error NPROC must be a positive number of processes, got '$(NPROC)')
 endif
 endif
 
+# PROTOCOL=authors: the PRISM authors' destination retrieval (prism-rec bench --protocol authors, README "The
+# authors' protocol"); it has its own defaults (10 epochs, patience 5, Adam 1e-4, batch 256), so only the settings
+# given to make (on its command line or in the environment) reach it.
+PROTOCOL ?= next-item
+ifeq ($(filter next-item authors,$(PROTOCOL)),)
+$(error PROTOCOL must be next-item or authors, got '$(PROTOCOL)')
+endif
+given = $(if $(filter command line environment%,$(origin $(1))),$(2) $($(1)))
+
+ifeq ($(PROTOCOL),authors)
+BENCH_ARGS = --protocol authors --dataset $(DATASET) --models $(MODELS) --seeds $(SEEDS) $(call given,EPOCHS,--epochs) \
+	$(call given,PATIENCE,--patience) $(call given,LR,--lr) $(call given,BATCH_SIZE,--batch-size) \
+	$(if $(filter 1,$(RESUME)),--resume) $(ARGS)
+else
 BENCH_ARGS = --dataset $(DATASET) --models $(MODELS) --seeds $(SEEDS) --epochs $(EPOCHS) --patience $(PATIENCE) \
 	--lr $(LR) --batch-size $(BATCH_SIZE) \
 	$(if $(filter 1,$(RESUME)),--resume) $(ARGS)
+endif
 BENCH_LAUNCHER = $(if $(NPROC),$(BIN)/torchrun $(TORCHRUN_ARGS) --nproc-per-node=$(NPROC) -m prism_rec.cli,$(BIN)/prism-rec)
 
 .PHONY: install check-deps bench lint test test-ui tables import-runs ui data list probe throughput reliability

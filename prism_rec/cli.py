@@ -60,55 +60,90 @@ def train_options() -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(TrainConfig) if "help" in f.metadata]
 
 
-def add_train_options(parser: argparse.ArgumentParser) -> None:
-    """An option per ``train_options`` field: ``--<name>`` of the field's type, default, help and choices;
-    ``--no-<name>`` for a bool that defaults to True, ``--<name>`` for one that defaults to False; no default for
-    one the dataset sets."""
+def add_train_options(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """An option per ``train_options`` field: ``--<name>`` of the field's type, help and choices; ``--no-<name>``
+    for a bool that defaults to True, ``--<name>`` for one that defaults to False. Each defaults to None, so a
+    given one can be told from one left out; ``train_config`` gives the field's default (or the dataset's for
+    one the dataset sets). Returns {destination: option}."""
     types = typing.get_type_hints(TrainConfig)
+    flags = {}
     for option in train_options():
         flag = option.name.replace("_", "-")
         if types[option.name] is bool:
             name, action = (f"--no-{flag}", "store_false") if option.default else (f"--{flag}", "store_true")
-            parser.add_argument(name, dest=option.name, action=action, help=option.metadata["help"])
-            continue
-        default = None if option.metadata["per_dataset"] else option.default
-        parser.add_argument(f"--{flag}", type=option.metadata["parse"] or types[option.name], default=default,
-                            choices=option.metadata["choices"], help=option.metadata["help"])
+            parser.add_argument(name, dest=option.name, action=action, default=None, help=option.metadata["help"])
+        else:
+            name = f"--{flag}"
+            parser.add_argument(name, type=option.metadata["parse"] or types[option.name], default=None,
+                                choices=option.metadata["choices"], help=option.metadata["help"])
+        flags[option.name] = name
+    return flags
 
 
 def train_config(args, source, **values) -> TrainConfig:
-    """The ``TrainConfig`` of parsed ``train_options`` (a per-dataset one left unset takes ``source``'s
-    value), with ``values`` for the fields that are no options."""
+    """The ``TrainConfig`` of parsed ``train_options`` (one left unset takes its default, or ``source``'s value
+    for a per-dataset one), with ``values`` for the fields that are no options."""
     for option in train_options():
         given = getattr(args, option.name)
-        values[option.name] = getattr(source, option.name) if given is None and option.metadata["per_dataset"] \
-            else given
+        if given is None:
+            given = getattr(source, option.name) if option.metadata["per_dataset"] else option.default
+        values[option.name] = given
     return TrainConfig(**values)
+
+
+# bench --protocol: the options each protocol takes besides the shared ones (BENCH_SHARED); the others are refused.
+BENCH_PROTOCOLS = ("next-item", "authors")
+BENCH_SHARED = ("dataset", "models", "seeds", "threads", "raw_dir", "results_dir", "protocol",
+                "epochs", "patience", "lr", "batch_size", "dropout", "n_layers", "n_heads", "device")
+AUTHORS_OPTIONS = ("head_width", "n_neighbours", "channel", "feature_seed", "min_user_edges", "scan_backend",
+                   "eager")
+
+
+def check_protocol_options(args) -> None:
+    """OptionError naming the first option given to bench that its ``--protocol`` does not take (bench's
+    protocol-specific options default to None, so a given one is one that is not None)."""
+    for dest, flag in args.option_flags.items():
+        if dest in BENCH_SHARED or getattr(args, dest) is None:
+            continue
+        belongs = "authors" if dest in AUTHORS_OPTIONS else "next-item"
+        if belongs != args.protocol:
+            raise OptionError(f"option {flag}: belongs to --protocol {belongs}, not to --protocol {args.protocol}")
 
 
 def command_bench(args) -> None:
     import torch
 
-    from .experiments.bench import bench, cpu_threads
+    from .experiments.bench import cpu_threads
 
+    check_protocol_options(args)
     torch.set_num_threads(cpu_threads(args.threads))
+    if args.protocol == "authors":
+        from .protocols.authors.commands import command_bench as authors_bench
+
+        authors_bench(args)
+        return
+    from .experiments.bench import bench
+    from .training.checkpoint import CHECKPOINT_DIR
+
     models = resolve_models(args.models)
     try:
         source = registry.get_dataset(args.dataset)
     except KeyError as error:
         raise OptionError(f"option --dataset: {error.args[0]}") from None
-    config = train_config(args, source, backbone_options=dict(args.option))
-    data_options = {"raw_dir": args.raw_dir, "split": args.split, "dedup": args.dedup,
+    config = train_config(args, source, backbone_options=dict(args.option or []))
+    data_options = {"raw_dir": args.raw_dir, "split": args.split or "loo", "dedup": args.dedup or "none",
                     "min_user_interactions": args.min_user_interactions,
                     "min_item_interactions": args.min_item_interactions}
     bench(args.dataset, models, parse_seeds(args.seeds), config, data_options, args.results_dir,
-          resume=args.resume, checkpoint_dir=args.checkpoint_dir)
+          resume=bool(args.resume), checkpoint_dir=args.checkpoint_dir or CHECKPOINT_DIR)
 
 
 def command_tables(args) -> None:
+    from .protocols.authors import bench as authors_bench
     from .tracking.tables import parse_table_metrics, write_all_tables
 
-    for path in write_all_tables(args.results_dir, parse_table_metrics(args.metrics)):
+    for path in [*write_all_tables(args.results_dir, parse_table_metrics(args.metrics)),
+                 *authors_bench.write_all_tables(Path(args.results_dir))]:
         print(f"wrote {path}")
 
 
@@ -144,7 +179,6 @@ def build_parser() -> argparse.ArgumentParser:
     from .experiments.throughput import command as throughput_command
     from .protocols.authors import commands as authors_commands
     from .tracking.tables import LOCAL_RESULTS_DIR
-    from .training.checkpoint import CHECKPOINT_DIR
 
     parser = OneLineParser(prog="prism-rec", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -155,31 +189,47 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(func=command_list)
 
     bench = commands.add_parser("bench", help="train and evaluate models on a dataset, log to MLflow")
+    bench.add_argument("--protocol", choices=BENCH_PROTOCOLS, default="next-item",
+                       help="next-item (default): next-item prediction, every backbone trained by the suite's "
+                            "trainer; authors: the PRISM authors' destination retrieval (README, \"The authors' "
+                            "protocol\"), with its own defaults for the training options both take (--epochs, "
+                            "--patience, --lr, --batch-size, --dropout, --n-layers, --n-heads, --device); the other "
+                            "training options are next-item's")
     bench.add_argument("--dataset", default="ml-100k")
-    bench.add_argument("--models", default="sasrec", help="comma-separated backbone names, or 'all'")
+    bench.add_argument("--models", default="sasrec",
+                       help="comma-separated backbone names, or 'all' (every registered backbone; --protocol authors: "
+                            "its design's models)")
     bench.add_argument("--seeds", default="1", help="a count N (seeds 0..N-1) or a comma list")
-    add_train_options(bench)
+    flags = add_train_options(bench)
     bench.add_argument("--threads", default="auto",
                        help="CPU threads: a count, or auto (default): OMP_NUM_THREADS if set, else 1, whatever the "
                             "load (other counts change the last bits of the metrics)")
-    bench.add_argument("--split", choices=("loo", "time"), default="loo")
-    bench.add_argument("--dedup", choices=("none", "first", "last"), default="none",
-                       help="repeated (user, item) pairs: keep all (none), or only the first or last")
     bench.add_argument("--raw-dir", help="folder of the dataset's raw files (default datasets/raw/<name>)")
-    bench.add_argument("--min-user-interactions", type=int)
-    bench.add_argument("--min-item-interactions", type=int)
-    bench.add_argument("--option", action="append", type=parse_option, default=[], metavar="KEY=VALUE",
-                       help="backbone option, e.g. --option L=2 (repeatable)")
     bench.add_argument("--results-dir", default=LOCAL_RESULTS_DIR,
                        help="where the table of the store's runs goes (default results/local, git-ignored; the "
                             "published tables in results/<dataset> are never written by bench)")
-    bench.add_argument("--resume", action="store_true",
-                       help="continue every run of these settings that has a checkpoint (interrupted or killed)")
-    bench.add_argument("--checkpoint-dir", default=CHECKPOINT_DIR,
-                       help="where interrupted runs keep their checkpoints (default checkpoints/)")
+    next_item = bench.add_argument_group("--protocol next-item only")
+    protocol_actions = [
+        next_item.add_argument("--split", choices=("loo", "time"), help="loo (default) or time"),
+        next_item.add_argument("--dedup", choices=("none", "first", "last"),
+                               help="repeated (user, item) pairs: keep all (none, default), or only the first or last"),
+        next_item.add_argument("--min-user-interactions", type=int),
+        next_item.add_argument("--min-item-interactions", type=int),
+        next_item.add_argument("--option", action="append", type=parse_option, metavar="KEY=VALUE",
+                               help="backbone option, e.g. --option L=2 (repeatable)"),
+        next_item.add_argument("--resume", action="store_true", default=None,
+                               help="continue every run of these settings that has a checkpoint (interrupted or "
+                                    "killed)"),
+        next_item.add_argument("--checkpoint-dir",
+                               help="where interrupted runs keep their checkpoints (default checkpoints/)")]
+    authors = bench.add_argument_group("--protocol authors only (prism-rec authors train has the same options)")
+    protocol_actions += authors_commands.add_bench_options(authors)
+    flags.update({action.dest: action.option_strings[0] for action in protocol_actions})
+    bench.set_defaults(option_flags=flags)
     bench.set_defaults(func=command_bench)
 
-    tables = commands.add_parser("tables", help="rebuild results/local/<dataset>/auc.md from the MLflow store")
+    tables = commands.add_parser("tables", help="rebuild results/local/<dataset>/auc.md (the authors' protocol's: "
+                                 "<dataset>-authors/auc.md) from the MLflow store")
     tables.add_argument("--results-dir", default=LOCAL_RESULTS_DIR)
     tables.add_argument("--metrics", default="", help="columns after the default ones (AUC, Hit/NDCG@10,200,500), "
                         "e.g. mrr,ndcg_20,coverage_10,avg_pop_10 (coverage/avg_pop: runs evaluated since they exist)")

@@ -55,6 +55,49 @@ def log_params(params: dict) -> None:
     mlflow.log_params(params)
 
 
+def log_metrics(metrics: dict[str, float]) -> None:
+    """``metrics`` on the active run (at step 0)."""
+    import mlflow
+
+    mlflow.log_metrics(metrics)
+
+
+def set_tags(tags: dict[str, str]) -> None:
+    """``tags`` on the active run."""
+    import mlflow
+
+    mlflow.set_tags(tags)
+
+
+def log_dict(value: dict, artifact: str) -> None:
+    """``value`` as the JSON artifact ``artifact`` of the active run."""
+    import mlflow
+
+    mlflow.log_dict(value, artifact)
+
+
+def log_text(text: str, artifact: str) -> None:
+    """``text`` as the artifact ``artifact`` of the active run."""
+    import mlflow
+
+    mlflow.log_text(text, artifact)
+
+
+def set_experiment_tag(experiment: str, key: str, value: str) -> None:
+    """The tag ``key`` of experiment id ``experiment``."""
+    import mlflow
+
+    mlflow.MlflowClient().set_experiment_tag(experiment, key, value)
+
+
+def experiments_tagged(key: str, value: str) -> list[str]:
+    """The ids of the store's experiments whose tag ``key`` is ``value``, by name."""
+    import mlflow
+
+    return [experiment.experiment_id for experiment in mlflow.search_experiments(order_by=["name"])
+            if experiment.tags.get(key) == value]
+
+
 def run_name(run_id: str) -> str:
     """The name of run ``run_id``."""
     import mlflow

@@ -32,6 +32,9 @@ EXPERIMENT_NOTE_TAG = "mlflow.note.content"  # the description the UI shows abov
 VIEW_KEY = "prism-rec-ranked"  # every bench's child runs
 BENCH_VIEW_KEY = "prism-rec-bench-{parent_id}"  # one bench's child runs
 BENCH_TAG = "bench"  # a child run's bench: its parent run's name
+# An experiment of another protocol than next-item names it here (protocols/authors/bench.py: "authors");
+# `prism-rec tables` leaves such experiments to that protocol's table writer.
+PROTOCOL_TAG = "prism_rec_protocol"
 COMPARISON_TABLE = "comparison.json"  # a bench's parent run's comparison, one row per model (tracking/runs.py)
 PAIRED_TABLE = "paired_differences"  # its paired differences against the best model (<name>.json and .md; bench.py)
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
@@ -132,6 +135,17 @@ def store_lock():
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def load_artifact(run_id: str, artifact: str) -> dict | None:
+    """The JSON artifact ``artifact`` of run ``run_id``, or None when the run has none or it cannot be read."""
+    import mlflow
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per run read is noise
+    try:
+        return mlflow.artifacts.load_dict(f"runs:/{run_id}/{artifact}")
+    except (OSError, ValueError, mlflow.exceptions.MlflowException):
+        return None
 
 
 def experiment_id(name: str) -> str:
@@ -237,9 +251,10 @@ def ui_links(base_url: str) -> list[tuple[str, dict[str, str]]]:
         newest = parents["run_id"].iloc[0]
         views = {"ranked runs": runs_view_url(base_url, experiment_id, "TABLE"),
                  "charts": runs_view_url(base_url, experiment_id, "CHART"),
-                 "newest bench": run_artifact_url(base_url, experiment_id, newest, COMPARISON_TABLE),
-                 "newest figure": run_artifact_url(base_url, experiment_id, newest, "auc.png")}
+                 "newest bench": run_artifact_url(base_url, experiment_id, newest, COMPARISON_TABLE)}
         logged = {artifact.path for artifact in mlflow.MlflowClient().list_artifacts(newest)}
+        if "auc.png" in logged:  # the authors' protocol's benches draw none
+            views["newest figure"] = run_artifact_url(base_url, experiment_id, newest, "auc.png")
         if f"{PAIRED_TABLE}.json" in logged:  # a bench of two or more models with per-user results
             views["newest paired differences"] = run_artifact_url(base_url, experiment_id, newest,
                                                                   f"{PAIRED_TABLE}.json")

@@ -6,7 +6,6 @@ holds the published tables of the headline report (headline/report/), which a us
 from __future__ import annotations
 
 import datetime
-import os
 import sys
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from .case_ranks import decode
 from .cells import Cell, runs_label
 from .plots import auc_chart
 from .records import CASE_RANKS_ARTIFACT
-from .store import experiment_id
+from .store import PROTOCOL_TAG, experiment_id, load_artifact
 
 LOCAL_RESULTS_DIR = RESULTS_DIR / "local"  # a user's benches (git-ignored)
 TITLES = {"auc": "AUC", "mrr": "MRR", "hit": "Hit", "ndcg": "NDCG", "coverage": "Coverage", "avg_pop": "AvgPop"}
@@ -105,16 +104,15 @@ def store_cells(runs: pd.DataFrame, dataset: str = "", metrics: tuple[str, ...] 
 def with_test_user_ranks(cells: list[Cell]) -> list[Cell]:
     """``cells`` with the per-user AUC of their runs (each run's case-ranks artifact, users sorted) and its
     95% bootstrap interval over test users; a cell whose runs lack it, or ranked different users, keeps None."""
-    import mlflow
-
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per run read is noise
     for cell in cells:
         per_user = []
         for run in cell.runs:
+            entry = load_artifact(run["run_id"], CASE_RANKS_ARTIFACT)
             try:
-                cases = decode(mlflow.artifacts.load_dict(f"runs:/{run['run_id']}/{CASE_RANKS_ARTIFACT}"),
-                               run["run_id"])
-            except (OSError, ValueError, mlflow.exceptions.MlflowException):
+                cases = decode(entry, run["run_id"]) if entry is not None else None
+            except ValueError:
+                cases = None
+            if cases is None:
                 break
             order = np.argsort(cases.users, kind="stable")
             per_user.append((cases.users[order], cases.auc()[order]))
@@ -250,7 +248,8 @@ def write_tables(dataset: str, results_dir: Path = LOCAL_RESULTS_DIR,
 
 
 def write_all_tables(results_dir: Path = LOCAL_RESULTS_DIR, extra_metrics: tuple[str, ...] = ()) -> list[Path]:
-    """Rebuild the table of every experiment that holds benchmark runs (write_tables' ``extra_metrics``)."""
+    """Rebuild the table of every experiment that holds next-item benchmark runs (write_tables' ``extra_metrics``);
+    experiments tagged with another protocol (store.PROTOCOL_TAG) are that protocol's to write."""
     import mlflow
 
     from .store import tracking_uri
@@ -260,6 +259,8 @@ def write_all_tables(results_dir: Path = LOCAL_RESULTS_DIR, extra_metrics: tuple
     for experiment in mlflow.search_experiments():
         if not NAME_PATTERN.match(experiment.name):  # made by an older import: never a folder
             print(f"experiment {experiment.name!r} skipped: not a plain name, so no table folder", file=sys.stderr)
+        elif PROTOCOL_TAG in experiment.tags:  # another protocol's experiment: its own writer builds its table
+            continue
         elif experiment.name != "Default" and not finished_child_runs(experiment.name)[0].empty:
             written.append(write_tables(experiment.name, results_dir, extra_metrics)[0])
     return written

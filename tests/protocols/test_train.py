@@ -11,7 +11,7 @@ from prism_rec.experiments.tuning import RATE_LADDER, TuningGrid
 from prism_rec.files import write_jsonl
 from prism_rec.protocols.authors import grid
 from prism_rec.protocols.authors.design import DESIGN_MODELS, Design
-from prism_rec.protocols.authors.report import scan_note, write_report
+from prism_rec.protocols.authors.report import device_note, scan_note, write_report
 from prism_rec.protocols.authors.train import GRAPHED_MODELS, EarlyStopping, RunConfig, run, step_kind
 
 TINY = dict(epochs=2, batch_size=16, n_neighbours=3, channel=4, n_heads=1)
@@ -195,3 +195,11 @@ def test_the_report_names_the_scan_backends_the_runs_trained_with():
                                                                     {"config": {"model": "gated_deltanet"}}]
     assert scan_note(runs) == " Delta scan (kernels/delta_scan.py backend): prism torch (2), prism triton (1)."
     assert scan_note(runs[3:]) == ""
+
+
+def test_the_report_names_the_devices_only_when_runs_span_two_kinds():
+    runs = [{"config": {"model": "sasrec"}, "device": "cuda:0"}, {"config": {"model": "sasrec"}, "device": "cuda:1"},
+            {"config": {"model": "sasrec"}, "device": "cpu"}, {"config": {"model": "null"}, "device": "cuda:0"}]
+    assert device_note(runs).endswith(": null cuda (1), sasrec cpu (1), sasrec cuda (2).")
+    assert device_note(runs[:2] + runs[3:]) == ""
+    assert device_note([{"config": {"model": "pop"}}]) == ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -67,13 +68,17 @@ def _threads(args: argparse.Namespace) -> int:
 
 def _device(args: argparse.Namespace) -> torch.device:
     threads = _threads(args)
+    device = _device_named(args.device)
+    torch.set_num_threads(threads)
+    return device
+
+
+def _device_named(name: str) -> torch.device:
     try:
-        device = resolve_device(args.device)
+        return resolve_device(name)
     except (ValueError, RuntimeError) as error:  # resolve_device's messages start "option --device:"
         message = str(error)
         raise OptionError(message if message.startswith("option --device") else f"option --device: {message}") from None
-    torch.set_num_threads(threads)
-    return device
 
 
 def _seeds(text: str) -> list[int]:
@@ -150,6 +155,48 @@ def command_table(args: argparse.Namespace) -> None:
     folders = [Path(folder) for folder in _names(args.source, "--from")]
     next_item = tuple(Path(path) for path in _names(args.next_item, "--next-item"))
     print(f"wrote {write_report(folders, Path(args.report), args.invocation, next_item)}")
+
+
+def add_bench_options(group) -> list[argparse.Action]:
+    """``prism-rec bench``'s options of this protocol (``--protocol authors``) on ``group``, each defaulting to
+    None (so the command line can tell them given); returns their actions."""
+    return [group.add_argument("--head-width", help="per-backbone (the authors', default) or a width"),
+            *(group.add_argument(f"--{name.replace('_', '-')}", type=int,
+                                 help=f"default {getattr(DEFAULTS, name)}")
+              for name in ("n_neighbours", "channel", "feature_seed")),
+            group.add_argument("--min-user-edges", type=int,
+                               help="keep users with at least this many edges (default 40; movies-fedcsr 3)"),
+            group.add_argument("--scan-backend", help="the delta scan's backend in the backbones that run it "
+                                                      f"({', '.join(SCAN_BACKENDS)}; default auto)"),
+            group.add_argument("--eager", action="store_true", default=None,
+                               help="train every batch eagerly (default on CUDA: the full batches of "
+                                    f"{', '.join(sorted(GRAPHED_MODELS))} replay CUDA graphs)")]
+
+
+def command_bench(args: argparse.Namespace) -> None:
+    """``prism-rec bench --protocol authors``: every model and seed trained under this protocol and logged to
+    MLflow (bench.py); the shared training options left out take the authors' defaults (train.RunConfig)."""
+    from ...options import parse_seeds
+    from .bench import bench
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise OptionError("option --protocol authors: its runs train in one process each; start it without "
+                          "torchrun (make bench without NPROC)")
+    check_dataset(args.dataset)
+    models = list(DESIGN_MODELS) if args.models == "all" else _names(args.models, "--models")
+    for model in models:
+        check_model(model, "--models")
+    given = {name: getattr(args, name) for name in ("epochs", "patience", "lr", "batch_size", "dropout", "n_layers",
+                                                   "n_heads", "n_neighbours", "channel", "feature_seed")
+             if getattr(args, name) is not None}
+    if args.min_user_edges is not None and args.min_user_edges < 1:
+        raise OptionError(f"option --min-user-edges: must be >= 1, got {args.min_user_edges}")
+    base = RunConfig(**{**DEFAULTS.to_dict(), **given, "head_width": args.head_width or DEFAULTS.head_width}).check()
+    head_width(base.model, base.head_width, 1)
+    device = _device_named(args.device or "auto")
+    bench(args.dataset, models, parse_seeds(args.seeds), base, device, min_user_edges=args.min_user_edges,
+          raw_dir=args.raw_dir, scan_backend=args.scan_backend or "auto", graphs=False if args.eager else None,
+          results_dir=Path(args.results_dir), command=args.invocation)
 
 
 def add_parser(subparsers) -> None:

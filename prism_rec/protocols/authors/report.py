@@ -131,6 +131,20 @@ def scan_note(runs: list[dict]) -> str:
         f"{model} {backend} ({count})" for (model, backend), count in sorted(used.items())) + "."
 
 
+def device_note(runs: list[dict]) -> str:
+    """A sentence naming, per model, the device kinds its runs trained on, when the runs span more than one
+    kind (train.run's record "device"); "" otherwise. The protocol trains in fp32 on every device, and a seed's
+    initialisation, features, negatives and batch order are drawn on the CPU, so runs of one seed on two kinds
+    differ only in their dropout draws and rounding."""
+    used = collections.Counter((run["config"]["model"], run["device"].split(":")[0]) for run in runs
+                               if run.get("device"))
+    if len({kind for _, kind in used}) < 2:
+        return ""
+    return (" Devices (fp32 on each; a seed's initialisation, features, negatives and batch order are the same on "
+            "each, its dropout draws and rounding are not): " + ", ".join(
+                f"{model} {kind} ({count})" for (model, kind), count in sorted(used.items())) + ".")
+
+
 def design_of(runs: list[dict]) -> Design:
     """The design the runs were made under, as their manifest rows record it (``Design.record``; rows from
     before it was recorded: the default design, which made them): their datasets, (one set of) settings, the
@@ -238,7 +252,7 @@ def write_report(folders: list[Path], path: Path = REPORT, command: str = "",
                 f"### {dataset}, head width {head}\n\nTime: {mine[0]['time_kind']}. Kept: {stats['users']} users with "
                 f">= {stats['min_user_edges']} edges, {stats['items']} items, {stats['edges']} edges "
                 f"({stats['train_edges']} train, {stats['valid_edges']} validation, {stats['test_edges']} test "
-                f"cases).{scan_note(group)}\n\n{table}\n\n{paired}")
+                f"cases).{scan_note(group)}{device_note(group)}\n\n{table}\n\n{paired}")
         values: dict = {}
         joined = protocols_table(cells, next_cells, dataset, models, design, values)
         cell_table = pipe_table(["protocol", "implementation", "heads", "seeds", "PRISM - GDN", "Welch interval",
