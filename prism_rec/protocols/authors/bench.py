@@ -107,7 +107,7 @@ def bench(dataset: str, models: list[str], seeds: list[int], base: RunConfig, de
                           "seed": str(config.seed)}
             with runs.active_run(experiment_id=experiment, run_name=f"{config.model}-s{config.seed}", nested=True,
                                  tags=child_tags):
-                runs.log_params({**config.to_dict(), "scan_backend": backend})
+                runs.log_params({**config.to_dict(), "scan_backend": backend, "device": str(device)})
                 record = run(task, config, device, graphs=graphs, scan_backend=backend)
                 log_record(record)
             print(describe(record))
@@ -127,7 +127,7 @@ def log_record(record: dict) -> None:
     for row in record["curve"]:
         runs.log_epoch({metric_name(key): value for key, value in row.items() if key != "epoch"}, row["epoch"])
     runs.log_metrics(final_metrics(record))
-    runs.set_tags({"step": record["step"], "scan": str(record["scan"]), "device": record["device"]})
+    runs.set_tags({"step": record["step"], "scan": str(record["scan"])})
     runs.log_dict(record, RECORD_ARTIFACT)
 
 
