@@ -23,3 +23,16 @@ def naive_delta_scan(q, k, v, g, beta, extra_k, extra_v, scale, initial_state):
             state = state + torch.einsum("bhlk,bhlv->bhkv", extra_k[:, t].float(), extra_v[:, t].float())
         outputs.append(scale * torch.einsum("bhk,bhkv->bhv", q[:, t], state))
     return torch.stack(outputs, dim=1), state
+
+
+def naive_short_conv(x, weight, bias, silu):
+    """Causal depthwise convolution of x [B, T, C] with weight [C, K] (and bias [C]), one tap at a time in fp32,
+    then SiLU when ``silu``: y[:, t] = act(bias + sum_j weight[:, j] x[:, t - K + 1 + j]), x = 0 before t = 0."""
+    T, K = x.shape[1], weight.shape[1]
+    x = x.float()
+    y = torch.zeros_like(x) if bias is None else bias.float().expand_as(x).clone()
+    for j in range(K):
+        shift = K - 1 - j  # tap j reads the input shift positions back
+        if shift < T:
+            y[:, shift:] += weight[:, j].float() * x[:, :T - shift]
+    return y * torch.sigmoid(y) if silu else y
