@@ -117,3 +117,17 @@ def test_short_conv_refuses_an_unknown_backend():
 
     with pytest.raises(ValueError, match="ShortConv backend must be one of"):
         ShortConv(8, backend="cudnn")
+
+
+@needs_triton
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_triton_short_conv_traced_by_torch_compile(with_bias):
+    """The custom op under torch.compile ("aot_eager", fullgraph: its fake output and its backward op traced)
+    gives the eager kernel's output and gradients."""
+    from prism_rec.kernels.short_conv import triton_short_conv
+
+    x, weight, bias = _inputs(1, 21, 16, 4, with_bias, seed=7)
+    compiled = torch.compile(triton_short_conv, backend="aot_eager", fullgraph=True)
+    eager = _with_grads(triton_short_conv, x, weight, bias, True)
+    for a, b in zip(_with_grads(compiled, x, weight, bias, True), eager):
+        torch.testing.assert_close(a, b)
