@@ -47,7 +47,7 @@ def measure(shape, bias: bool, device: str, smoke: bool) -> dict:
     dy = torch.randn_like(x)
     results, outputs = {}, {}
     for backend in ("torch", "triton"):
-        conv.backend = backend
+        conv.conv_backend = backend
         inp = x.clone().requires_grad_()
 
         def step(inp=inp):

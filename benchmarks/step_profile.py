@@ -46,7 +46,7 @@ def profile_backbone(dataset, backbone: str, device: torch.device, warmup: int, 
     model = build_model(dataset, backbone, config)
     for module in model.modules():
         if isinstance(module, ShortConv):
-            module.backend = short_conv
+            module.conv_backend = short_conv
     step = TrainingStep(model.to(device), config, device, backbone)
     windows = torch.from_numpy(training_windows(dataset, config.max_len))  # [W, T + 1]
     order = torch.randperm(len(windows), generator=torch.Generator().manual_seed(0))

@@ -39,7 +39,7 @@ class ShortConv(nn.Module):
 
     Input [B, T, C] -> output [B, T, C]; position t sees positions t-kernel_size+1 .. t. Callers zero the
     padded positions of the input, so extra left-padding is indistinguishable from the conv's own zeros.
-    ``backend``: "torch" (nn.Conv1d, then SiLU), "triton" (the fused kernel of kernels/short_conv.py, in the
+    ``conv_backend``: "torch" (nn.Conv1d, then SiLU), "triton" (the fused kernel of kernels/short_conv.py, in the
     [B, T, C] layout), "auto" (triton for CUDA inputs when Triton is installed, torch elsewhere, so CPU runs keep
     the bit-reproducible PyTorch path).
     """
@@ -47,17 +47,17 @@ class ShortConv(nn.Module):
     BACKENDS = ("auto", "torch", "triton")
 
     def __init__(self, channels: int, kernel_size: int = 4, activation: bool = True, bias: bool = False,
-                 backend: str = "auto"):
+                 conv_backend: str = "auto"):
         super().__init__()
-        if backend not in self.BACKENDS:
-            raise ValueError(f"ShortConv backend must be one of {self.BACKENDS}, got {backend!r}")
+        if conv_backend not in self.BACKENDS:
+            raise ValueError(f"ShortConv conv_backend must be one of {self.BACKENDS}, got {conv_backend!r}")
         self.kernel_size = kernel_size
         self.activation = activation
-        self.backend = backend
+        self.conv_backend = conv_backend
         self.conv = nn.Conv1d(channels, channels, kernel_size, groups=channels, bias=bias, padding=kernel_size - 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.backend == "triton" or (self.backend == "auto" and x.is_cuda and TRITON_INSTALLED):
+        if self.conv_backend == "triton" or (self.conv_backend == "auto" and x.is_cuda and TRITON_INSTALLED):
             from prism_rec.kernels.short_conv import triton_short_conv
 
             return triton_short_conv(x, self.conv.weight.squeeze(1), self.conv.bias, self.activation)

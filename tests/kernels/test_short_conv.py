@@ -102,7 +102,7 @@ def test_short_conv_module_backends_agree():
     x = torch.randn(2, 37, 40, generator=torch.Generator().manual_seed(6)).to(DEVICE)
     outputs = []
     for backend in ("torch", "triton"):
-        conv.backend = backend
+        conv.conv_backend = backend
         inp = x.clone().requires_grad_()
         y = conv(inp)
         y.square().sum().backward()
@@ -115,8 +115,8 @@ def test_short_conv_module_backends_agree():
 def test_short_conv_refuses_an_unknown_backend():
     from prism_rec.models.nn import ShortConv
 
-    with pytest.raises(ValueError, match="ShortConv backend must be one of"):
-        ShortConv(8, backend="cudnn")
+    with pytest.raises(ValueError, match="ShortConv conv_backend must be one of"):
+        ShortConv(8, conv_backend="cudnn")
 
 
 @needs_triton
