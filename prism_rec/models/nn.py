@@ -40,11 +40,16 @@ class ShortConv(nn.Module):
     Input [B, T, C] -> output [B, T, C]; position t sees positions t-kernel_size+1 .. t. Callers zero the
     padded positions of the input, so extra left-padding is indistinguishable from the conv's own zeros.
     ``conv_backend``: "torch" (nn.Conv1d, then SiLU), "triton" (the fused kernel of kernels/short_conv.py, in the
-    [B, T, C] layout), "auto" (triton for CUDA inputs when Triton is installed, torch elsewhere, so CPU runs keep
-    the bit-reproducible PyTorch path).
+    [B, T, C] layout), "auto" (``auto_conv_backend``: triton only for the CUDA inputs where it measured faster,
+    torch elsewhere, so CPU runs keep the bit-reproducible PyTorch path).
     """
 
     BACKENDS = ("auto", "torch", "triton")
+    # results/short_conv.md (forward+backward, bf16 autocast): the fused kernel was ahead of cuDNN at 256
+    # channels from 49,152 tokens on (B x T 256 x 200, 12 x 4096, 3 x 16384) and behind it at 256 x 50 and at
+    # 64 and 128 channels, the delta-rule layers' q, k and v convs at d_model 64
+    TRITON_MIN_CHANNELS = 256
+    TRITON_MIN_TOKENS = 49152
 
     def __init__(self, channels: int, kernel_size: int = 4, activation: bool = True, bias: bool = False,
                  conv_backend: str = "auto"):
@@ -56,8 +61,15 @@ class ShortConv(nn.Module):
         self.conv_backend = conv_backend
         self.conv = nn.Conv1d(channels, channels, kernel_size, groups=channels, bias=bias, padding=kernel_size - 1)
 
+    def auto_conv_backend(self, x: torch.Tensor) -> str:
+        """What "auto" runs for the input x [B, T, C]."""
+        B, T, C = x.shape
+        fast = C >= self.TRITON_MIN_CHANNELS and B * T >= self.TRITON_MIN_TOKENS
+        return "triton" if x.is_cuda and TRITON_INSTALLED and fast else "torch"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.conv_backend == "triton" or (self.conv_backend == "auto" and x.is_cuda and TRITON_INSTALLED):
+        backend = self.auto_conv_backend(x) if self.conv_backend == "auto" else self.conv_backend
+        if backend == "triton":
             from prism_rec.kernels.short_conv import triton_short_conv
 
             return triton_short_conv(x, self.conv.weight.squeeze(1), self.conv.bias, self.activation)

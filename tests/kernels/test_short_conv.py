@@ -131,3 +131,21 @@ def test_triton_short_conv_traced_by_torch_compile(with_bias):
     eager = _with_grads(triton_short_conv, x, weight, bias, True)
     for a, b in zip(_with_grads(compiled, x, weight, bias, True), eager):
         torch.testing.assert_close(a, b)
+
+
+def test_short_conv_auto_takes_triton_only_where_it_measured_faster(monkeypatch):
+    """auto: the PyTorch path on the CPU whatever the shape; on CUDA (faked here) the fused kernel only from
+    TRITON_MIN_CHANNELS channels and TRITON_MIN_TOKENS tokens on."""
+    from prism_rec.models import nn as blocks
+
+    conv = blocks.ShortConv(256)
+    wide_long = torch.empty(256, 200, 256)
+    assert conv.auto_conv_backend(wide_long) == "torch"
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(blocks, "TRITON_INSTALLED", True)
+    assert conv.auto_conv_backend(wide_long) == "triton"
+    assert conv.auto_conv_backend(torch.empty(3, 16384, 256)) == "triton"
+    assert conv.auto_conv_backend(torch.empty(256, 50, 256)) == "torch"
+    assert conv.auto_conv_backend(torch.empty(256, 200, 128)) == "torch"
+    monkeypatch.setattr(blocks, "TRITON_INSTALLED", False)
+    assert conv.auto_conv_backend(wide_long) == "torch"
