@@ -68,7 +68,9 @@ class Mamba2Mixer(nn.Module):
         """z [B, T, d_inner], x [B, T, H, P], B and C [B, T, N], dt [B, T, H] (zero at padded positions)."""
         keep = mask.unsqueeze(-1).to(u.dtype)  # [B, T, 1]
         z, xBC, dt_raw = self.in_proj(u * keep).split([self.d_inner, self.d_inner + 2 * self.d_state, self.n_heads], -1)
-        xBC = self.conv(xBC) * keep  # the conv bias makes padded positions nonzero: zero them again
+        # the conv bias makes padded positions nonzero: zero them again, in the conv's dtype (an fp32 mask would
+        # promote x, B and C to fp32 under bf16 autocast and send the scan down its fp32 path)
+        xBC = self.conv(xBC) * keep.to(xBC.dtype)
         x, B, C = xBC.split([self.d_inner, self.d_state, self.d_state], -1)
         dt = F.softplus(dt_raw.float() + self.dt_bias.float()) * keep.float()  # [B, T, H]
         return z, x.unflatten(-1, (self.n_heads, self.head_dim)), B, C, dt

@@ -108,3 +108,23 @@ def test_blocks_are_official_residual_mixers_without_mlp_unless_asked():
     block = model.stack
     with torch.no_grad():
         torch.testing.assert_close(model(x, mask), x + block.mixers[0](block.norms[0](x), mask))
+
+
+def test_scan_inputs_keep_the_autocast_dtype(monkeypatch):
+    """Under bf16 autocast the SSD scan gets C, B dt and x in the projections' bf16, as the reference's
+    kernels do: the fp32 padding mask must not promote them (which sent the scan down its fp32 path)."""
+    from prism_rec.baselines import mamba2 as module
+
+    seen, scan = [], module.delta_scan
+
+    def spy(**inputs):
+        seen.append({name: inputs[name].dtype for name in ("q", "k", "v", "g")})
+        return scan(**inputs)
+
+    monkeypatch.setattr(module, "delta_scan", spy)
+    model = Mamba2(d_model=16, n_layers=2, n_heads=2, d_state=8)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[0, :3] = False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(torch.randn(2, 9, 16), mask)
+    assert seen == [{"q": torch.bfloat16, "k": torch.bfloat16, "v": torch.bfloat16, "g": torch.float32}] * 2
