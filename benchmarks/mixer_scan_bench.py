@@ -5,12 +5,13 @@
         [--smoke]
 
 Each cell builds the mixer of the headline settings (d_model 64, 2 heads; mamba2: d_state 64, head width 64) with
-its scan backend set, runs it as the backbone does under bf16 autocast on CUDA (x bf16, mask all ones), then
-backward of a fixed random cotangent; ms = triton.testing.do_bench median of forward+backward. The "auto" column
-names what kernels/delta_scan.py's auto_backend picks at that length. The kernel-level scan times of
-results/kernels.md use K = V = D inputs built by kernels_bench.py; this table times the scan with the inputs the
-mixer makes (mamba2's q is C broadcast over heads, its beta None). Cells past --time-budget are left out and
-named. --smoke runs one tiny shape on the CPU (TRITON_INTERPRET=1; one call each, not a measurement).
+its scan backend set, runs it as the backbone does under bf16 autocast on CUDA (x fp32 like the residual stream,
+mask all ones), then backward of a fixed random cotangent; ms = triton.testing.do_bench median of
+forward+backward. The "auto" column names what kernels/delta_scan.py's auto_backend picks at that length. The
+kernel-level scan times of results/kernels.md use K = V = D inputs built by kernels_bench.py; this table times
+the scan with the inputs the mixer makes (mamba2's q is C broadcast over heads, its beta None). Cells past
+--time-budget are left out and named. --smoke runs one tiny shape on the CPU (TRITON_INTERPRET=1; one call each,
+not a measurement).
 """
 
 from __future__ import annotations
@@ -67,8 +68,7 @@ def measure(name: str, shape: tuple[int, int], backend: str, device: str, smoke:
     torch.manual_seed(0)
     mixer = make_mixer(name, backend).to(device)
     B, T = shape
-    x = torch.randn(B, T, 64, device=device, dtype=torch.bfloat16 if device == "cuda" else torch.float32,
-                    requires_grad=True)
+    x = torch.randn(B, T, 64, device=device, requires_grad=True)  # [B, T, d] fp32, as the backbones' residual stream
     mask = torch.ones(B, T, dtype=torch.bool, device=device)
     dy = torch.randn_like(x)
 
