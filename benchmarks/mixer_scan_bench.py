@@ -4,7 +4,7 @@
         [--shapes 256x50,256x200,12x4096] [--backends triton,chunk_parallel,chunk_split,torch] [--time-budget S]
         [--smoke]
 
-Each cell builds the mixer of the headline settings (d_model 64, 2 heads; mamba2: d_state 64, head width 64) with
+Each cell builds the first mixer of the registered backbone (d_model 64, 2 heads, its registered defaults) with
 its scan backend set, runs it as the backbone does under bf16 autocast on CUDA (x fp32 like the residual stream,
 mask all ones), then backward of a fixed random cotangent; ms = triton.testing.do_bench median of
 forward+backward. The "auto" column names what kernels/delta_scan.py's auto_backend picks at that length. The
@@ -23,19 +23,11 @@ import sys
 import time
 from pathlib import Path
 
+from bench_options import parse_dims
+
 MIXERS = ("mamba2", "gated_deltanet", "prism")
 SHAPES = [(256, 50), (256, 200), (12, 4096)]
 BACKENDS = ("triton", "chunk_parallel", "chunk_split", "torch")
-
-
-def parse_shapes(text: str) -> list[tuple[int, int]]:
-    shapes = []
-    for item in text.split(","):
-        parts = item.split("x")
-        if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise SystemExit(f"--shapes: {item!r} is not BxT with two positive integers")
-        shapes.append((int(parts[0]), int(parts[1])))
-    return shapes
 
 
 def parse_choices(option: str, text: str, allowed: tuple[str, ...]) -> list[str]:
@@ -47,18 +39,10 @@ def parse_choices(option: str, text: str, allowed: tuple[str, ...]) -> list[str]
 
 
 def make_mixer(name: str, backend: str):
-    """The mixer of backbone ``name`` at the headline settings, its scan on ``backend``."""
-    if name == "mamba2":
-        from prism_rec.baselines.mamba2 import Mamba2Mixer
+    """The first token mixer of backbone ``name`` as the registry builds it at d_model 64, its scan on ``backend``."""
+    from prism_rec.registry import build_backbone
 
-        return Mamba2Mixer(64, n_heads=2, backend=backend)
-    if name == "gated_deltanet":
-        from prism_rec.models.gated_deltanet import GatedDeltaNetLayer
-
-        return GatedDeltaNetLayer(64, n_heads=2, backend=backend)
-    from prism_rec.models.prism import PrismLayer
-
-    return PrismLayer(64, n_heads=2, backend=backend)
+    return build_backbone(name, 64, n_heads=2, backend=backend).stack.mixers[0]
 
 
 def measure(name: str, shape: tuple[int, int], backend: str, device: str, smoke: bool) -> float:
@@ -88,7 +72,7 @@ def measure(name: str, shape: tuple[int, int], backend: str, device: str, smoke:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mixers", default=",".join(MIXERS))
-    parser.add_argument("--shapes", type=parse_shapes, default=SHAPES)
+    parser.add_argument("--shapes", type=lambda text: parse_dims(text, "BxT"), default=SHAPES)
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--time-budget", type=float, default=float("inf"), help="seconds; later cells are skipped")
     parser.add_argument("--out", type=Path, required=True)

@@ -18,19 +18,11 @@ import sys
 import time
 from pathlib import Path
 
+from bench_options import parse_dims
+
 # (B, T, C): mamba2's x-B-C conv (d_inner 128 + 2 x 64 state) and the delta-rule layers' q, k (64) and v (128)
 # convs at d_model 64, on the step benchmark's shapes
 SHAPES = [(256, 50, 256), (256, 200, 256), (256, 200, 64), (256, 200, 128), (12, 4096, 256), (3, 16384, 256)]
-
-
-def parse_shapes(text: str) -> list[tuple[int, int, int]]:
-    shapes = []
-    for item in text.split(","):
-        parts = item.split("x")
-        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise SystemExit(f"--shapes: {item!r} is not BxTxC with three positive integers")
-        shapes.append(tuple(int(p) for p in parts))
-    return shapes
 
 
 def measure(shape, bias: bool, device: str, smoke: bool) -> dict:
@@ -74,7 +66,7 @@ def measure(shape, bias: bool, device: str, smoke: bool) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", type=parse_shapes, default=SHAPES)
+    parser.add_argument("--shapes", type=lambda text: parse_dims(text, "BxTxC"), default=SHAPES)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
