@@ -14,7 +14,9 @@ D[t, s] = exp(G_t - G_s)), with h the state at the chunk's start and h' at its e
 
 Without beta (SSD / gated linear attention) A = Bx = 0, w = 0 and u = v.
 
-Forward: `_wy_forward_kernel` (grid chunks x B*H: G, T, w, u, E), `_state_forward_kernel` (grid value blocks
+Forward: `_wy_forward_kernel` (grid chunks x B*H: G, T, w, u, E; T blocked on 16 x 16 blocks: forward
+substitution inside the diagonal ones, then block substitution T_ij = -T_ii sum_m A_im T_mj, through the
+inverse's buffer; CUDA-core fp32 products on 16 x 16 tiles only), `_state_forward_kernel` (grid value blocks
 x B*H, sequential over chunks: h at every chunk start and v_new), `_output_kernel` (grid value blocks x
 chunks x B*H: o). Backward, dh' being the gradient of a chunk's end state: `_local_value_grad_kernel`
 (scale (M D q k^T)^T do), `_state_backward_kernel` (sequential in reverse: dv_new = that + (exp(G_C - G) k)
@@ -44,12 +46,11 @@ from .triton_chunk import (
     _masked_decay,
     _on_input_device,
     _state_block,
-    _unit_lower_inverse,
     _value_block,
 )
 
 CHUNK = 64
-CHUNKS = (16, 32, 64)  # what _unit_lower_inverse supports
+CHUNKS = (16, 32, 64)  # whole 16 x 16 blocks of the inverse, at most 4 x 4 of them
 # Launch sizes, chosen from ptxas -v for sm_90a (bf16, head width 128; not timed; the table is in
 # results/kernels.md, chunk_split section): the sequential passes spill least with value blocks of 32 and
 # 4 warps, as fla's state pass does in its best configuration there, so they split the value width until
@@ -122,6 +123,84 @@ def _chunk_G(G_ptr, bh, chunk, T, H, BT: tl.constexpr):
 
 
 @triton.jit
+def _block_G(G_ptr, row0, t0, T, H, I: tl.constexpr, BT: tl.constexpr):
+    """G [16] of block I (tokens t0 + 16 I ..) of a chunk, reloaded from G_ptr; G_C past T as in `_chunk_G`."""
+    tokens = I * 16 + tl.arange(0, 16)
+    G_last = tl.load(G_ptr + row0 + (tl.minimum(t0 + BT, T) - 1 - t0) * H)
+    return tl.where(t0 + tokens < T, tl.load(G_ptr + row0 + tokens * H, mask=t0 + tokens < T, other=0.0), G_last)
+
+
+@triton.jit
+def _block_A(k_ptr, beta_ptr, G_ptr, row0, t0, T, H: tl.constexpr, K: tl.constexpr, DT: tl.constexpr,
+             PRECISION: tl.constexpr, I: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+    """Block (I, M), I >= M, of A [16, 16]: beta_t D[t, s] (k_t . k_s) for s < t (strictly lower for I = M,
+    full below the diagonal), zero rows and columns past T."""
+    kk = tl.zeros([16, 16], dtype=tl.float32)
+    for kb in range(tl.cdiv(K, BK)):
+        k_rows = _rows(k_ptr, row0 + I * 16 * H, H, t0 + I * 16, T, K, kb * BK, 16, BK)
+        k_cols = _rows(k_ptr, row0 + M * 16 * H, H, t0 + M * 16, T, K, kb * BK, 16, BK)
+        kk += _mm(k_rows, tl.trans(k_cols), DT, PRECISION)
+    tokens = tl.arange(0, 16)
+    beta = tl.load(beta_ptr + row0 + (I * 16 + tokens) * H, mask=t0 + I * 16 + tokens < T, other=0.0).to(tl.float32)
+    G_rows = _block_G(G_ptr, row0, t0, T, H, I, BT)
+    G_cols = _block_G(G_ptr, row0, t0, T, H, M, BT)
+    strict = (I * 16 + tokens)[:, None] > (M * 16 + tokens)[None, :]
+    # exp only where s < t, as in `_masked_decay`
+    decay = tl.where(strict, tl.exp(tl.where(strict, G_rows[:, None] - G_cols[None, :], 0.0)), 0.0)
+    return beta[:, None] * decay * kk
+
+
+@triton.jit
+def _unit_lower_inverse_16(A):
+    """(I + A)^{-1} of a strictly lower-triangular A [16, 16] by forward substitution, one row per step."""
+    rows = tl.arange(0, 16)
+    identity = (rows[:, None] == rows[None, :]).to(tl.float32)
+    inverse = identity
+    for i in range(1, 16):
+        selected = (rows == i)[:, None]
+        substituted = identity - tl.dot(tl.where(selected, A, 0.0), inverse, input_precision="ieee")
+        inverse = tl.where(selected, substituted, inverse)
+    return inverse
+
+
+@triton.jit
+def _block(inverse_ptr, I: tl.constexpr, J: tl.constexpr, BT: tl.constexpr):
+    """Pointers of block (I, J) [16, 16] of a chunk's [BT, BT] inverse."""
+    tokens = tl.arange(0, 16)
+    return inverse_ptr + (I * 16 + tokens)[:, None] * BT + (J * 16 + tokens)[None, :]
+
+
+@triton.jit
+def _blocked_inverse(k_ptr, beta_ptr, G_ptr, inverse_ptr, row0, t0, T, H: tl.constexpr, K: tl.constexpr,
+                     DT: tl.constexpr, PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+    """T = (I + A)^{-1} of a chunk into inverse_ptr [BT, BT] (its G already stored to G_ptr), on 16 x 16 blocks
+    kept in that buffer between steps: D_i = (I + A_ii)^{-1} by forward substitution, then block rows in order,
+    T_ij = -D_i sum_{m=j}^{i-1} A_im T_mj. A_im (i > m) waits in the upper block (m, i), zeroed at the end."""
+    NB: tl.constexpr = BT // 16
+    tl.debug_barrier()  # G stored by other threads
+    for i in tl.static_range(NB):
+        for m in tl.static_range(i):
+            tl.store(_block(inverse_ptr, m, i, BT), _block_A(k_ptr, beta_ptr, G_ptr, row0, t0, T, H, K, DT, PRECISION,
+                                                             i, m, BT, BK))
+        diagonal = _block_A(k_ptr, beta_ptr, G_ptr, row0, t0, T, H, K, DT, PRECISION, i, i, BT, BK)
+        tl.store(_block(inverse_ptr, i, i, BT), _unit_lower_inverse_16(diagonal))
+    tl.debug_barrier()
+    for i in tl.static_range(1, NB):
+        diagonal_inverse = tl.load(_block(inverse_ptr, i, i, BT))
+        for j in tl.static_range(i):
+            total = tl.zeros([16, 16], dtype=tl.float32)
+            for m in tl.static_range(j, i):
+                total += tl.dot(tl.load(_block(inverse_ptr, m, i, BT)), tl.load(_block(inverse_ptr, m, j, BT)),
+                                input_precision="ieee")
+            tl.store(_block(inverse_ptr, i, j, BT), -tl.dot(diagonal_inverse, total, input_precision="ieee"))
+        tl.debug_barrier()  # block row i complete before the next reads it, and the A blocks read
+    for i in tl.static_range(1, NB):
+        for m in tl.static_range(i):
+            tl.store(_block(inverse_ptr, m, i, BT), tl.zeros([16, 16], dtype=tl.float32))
+    tl.debug_barrier()
+
+
+@triton.jit
 def _wy_forward_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, G_ptr, inverse_ptr, w_ptr, u_ptr,
                        extra_state_ptr, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, NT,
                        HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, DT: tl.constexpr, PRECISION: tl.constexpr,
@@ -136,14 +215,11 @@ def _wy_forward_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, G_ptr, inv
     G = tl.cumsum(g, 0)  # past T: G_C (g = 0 there)
     tl.store(G_ptr + row, G, mask=t < T)
     if HAS_BETA:
+        chunk_inverse_ptr = inverse_ptr + (bh * NT + chunk) * BT * BT
+        _blocked_inverse(k_ptr, beta_ptr, G_ptr, chunk_inverse_ptr, row0, t0, T, H, K, DT, PRECISION, BT, BK)
+        inverse = tl.load(chunk_inverse_ptr + tokens[:, None] * BT + tokens[None, :])
         beta = tl.load(beta_ptr + row, mask=t < T, other=0.0).to(tl.float32)
         decay_strict = _masked_decay(G, tokens[:, None] > tokens[None, :])
-        kk = tl.zeros([BT, BT], dtype=tl.float32)
-        for kb in range(tl.cdiv(K, BK)):
-            k = _rows(k_ptr, row0, H, t0, T, K, kb * BK, BT, BK)
-            kk += _mm(k, tl.trans(k), DT, PRECISION)
-        inverse = _unit_lower_inverse(beta[:, None] * decay_strict * kk, BT)
-        tl.store(inverse_ptr + ((bh * NT + chunk) * BT + tokens)[:, None] * BT + tokens[None, :], inverse)
         for kb in range(tl.cdiv(K, BK)):
             k = _rows(k_ptr, row0, H, t0, T, K, kb * BK, BT, BK).to(tl.float32)
             w = tl.dot(inverse, (beta * tl.exp(G))[:, None] * k, input_precision=PRECISION)

@@ -118,3 +118,55 @@ def test_chunk_split_stays_inside_its_tensors(monkeypatch):
     assert fenced_torch.canaries_intact()
     assert all(x.isfinite().all() for x in result.values())
     assert_close_to(result, run_with_grads(inputs, "naive"), rtol=1e-4)
+
+
+@pytest.mark.parametrize("chunk, T", [(32, 70), (32, 150), (64, 150)])
+def test_chunk_split_chunk_lengths_agree_with_naive(monkeypatch, chunk, T):
+    """Chunks of 32 and 64 (two and four 16 x 16 blocks of the inverse), the last one partial: at T = 150 its
+    second block ends at token 6 and, for chunks of 64, two blocks lie wholly past T."""
+    from prism_rec.kernels import chunk_split
+
+    monkeypatch.setattr(chunk_split, "chunk_split_delta_scan",
+                        functools.partial(chunk_split.chunk_split_delta_scan, chunk=chunk))
+    inputs = make_inputs(B=1, T=T, H=1, K=16, V=16, L=3, with_beta=True, with_initial_state=True, seed=T + chunk,
+                         device=DEVICE)
+    assert_close_to(run_with_grads(inputs, "chunk_split"), run_with_grads(inputs, "naive"), rtol=1e-4)
+
+
+def _inverse_reference(k, g, beta, chunk):
+    """(I + A)^{-1} [B, H, NT, chunk, chunk] in float64, A[t, s] = beta_t exp(G_t - G_s) (k_t . k_s) for s < t
+    inside each chunk (G the chunk-local cumulative sum of g), tokens past T zero."""
+    B, T, H, _ = k.shape
+    NT = -(-T // chunk)
+    pad = NT * chunk - T
+
+    def chunked(x):  # [B, T, H, ...] -> [B, H, NT, chunk, ...], zero past T
+        x = torch.nn.functional.pad(x.double(), (0, 0) * (x.dim() - 3) + (0, 0, 0, pad))
+        return x.reshape(B, NT, chunk, H, *x.shape[3:]).transpose(2, 3).transpose(1, 2)
+
+    k, g, beta = chunked(k), chunked(g), chunked(beta)
+    G = g.cumsum(-1)
+    strict = torch.ones(chunk, chunk, dtype=torch.bool, device=k.device).tril(-1)
+    decay = torch.where(strict, (G[..., :, None] - G[..., None, :]).masked_fill(~strict, 0.0).exp(), 0.0)
+    A = beta[..., :, None] * decay * (k @ k.transpose(-1, -2))
+    return torch.linalg.inv(torch.eye(chunk, dtype=torch.float64, device=k.device) + A)
+
+
+@pytest.mark.parametrize("chunk", [16, 32, 64])
+def test_chunk_split_stored_inverse(monkeypatch, chunk):
+    """The T = (I + A)^{-1} that the forward stores for the backward (ctx's saved `inverses`, in a NaN-filled
+    buffer: every entry written) against torch.linalg.inv in float64; its upper triangle exactly zero.
+    T = 150: the last chunk partial (for chunks of 64, two of its blocks wholly past T); two heads."""
+    from prism_rec.kernels import chunk_split
+
+    fenced_torch = _FencedTorch()
+    monkeypatch.setattr(chunk_split, "torch", fenced_torch)
+    inputs = make_inputs(B=1, T=150, H=2, K=32, V=16, L=0, with_beta=True, with_initial_state=False, seed=chunk,
+                         device=DEVICE)
+    o, _ = chunk_split.chunk_split_delta_scan(**inputs, scale=0.25, chunk=chunk)
+    inverses = o.grad_fn.saved_tensors[7]  # _ChunkSplitScan.forward's save_for_backward
+    expected = _inverse_reference(inputs["k"].detach(), inputs["g"].detach(), inputs["beta"].detach(), chunk)
+    assert inverses.shape == expected.shape
+    assert fenced_torch.canaries_intact()
+    assert (inverses.triu(1) == 0).all()
+    torch.testing.assert_close(inverses.double(), expected, rtol=1e-5, atol=1e-5)
