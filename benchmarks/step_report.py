@@ -104,6 +104,8 @@ def speedup_lines(rows: list[dict]) -> list[str]:
     for shape in dict.fromkeys(key[1:] for key in timed if key[-1] != "off"):
         pairs = [(timed[(key[0], *shape[:-1], "off")], ms) for key, ms in timed.items()
                  if key[1:] == shape and (key[0], *shape[:-1], "off") in timed]
+        if not pairs:  # no backbone of this shape ran eager too (--compile without off)
+            continue
         batch, length, _, path, mode = shape
         lines.append(f"All {len(pairs)} backbones measured both ways at {batch} x {length} ({path}), one step of "
                      f"each: eager {sum(e for e, _ in pairs):.1f} ms, {mode} {sum(c for _, c in pairs):.1f} ms, "

@@ -226,3 +226,21 @@ def test_floor_ratios_and_verified_modes(step_bench, tmp_path, monkeypatch):
                      if line.startswith("| gated_deltanet |"))
     assert "inductor unchecked" in gated_row  # gated_deltanet's compiled mode was not checked in this run
     assert "VERIFIED_MODES of prism_rec/training/compile.py is taken from here: `{'sasrec': 'inductor'}`" in report
+
+
+def test_speedup_lines_without_eager_cells(step_bench):
+    """A run with compiled cells only (--compile cudagraphs) has no speed-up to state; a shape whose backbones
+    ran both ways gets its line. (A device run with --compile cudagraphs died writing its report on this.)"""
+    import step_report
+
+    def row(model, length, mode, ms):
+        return {"model": model, "batch_size": 3, "seq_len": length, "n_items": 500, "loss_path": "fused",
+                "compile": mode, "step_ms": ms, "status": "ok"}
+
+    compiled_only = [row("floor", 16384, "cudagraphs", "48.0"), row("x", 16384, "cudagraphs", "9")]
+    assert step_report.speedup_lines(compiled_only) == []
+    lines = step_report.speedup_lines([row("x", 50, "off", "12"), row("x", 50, "cudagraphs", "4"),
+                                       row("y", 16384, "cudagraphs", "9")])
+    assert lines == ["Speed-up of the compiled step over eager: x 3 x 50 fused cudagraphs 3.00x.",
+                     "All 1 backbones measured both ways at 3 x 50 (fused), one step of each: eager 12.0 ms, "
+                     "cudagraphs 4.0 ms, 3.00x."]
