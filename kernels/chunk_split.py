@@ -44,8 +44,10 @@ import triton.language as tl
 from .triton_chunk import (
     _given_or_zeros,
     _masked_decay,
+    _masked_decay_between,
     _on_input_device,
     _state_block,
+    _unit_lower_inverse,
     _value_block,
 )
 
@@ -145,22 +147,7 @@ def _block_A(k_ptr, beta_ptr, G_ptr, row0, t0, T, H: tl.constexpr, K: tl.constex
     G_rows = _block_G(G_ptr, row0, t0, T, H, I, BT)
     G_cols = _block_G(G_ptr, row0, t0, T, H, M, BT)
     strict = (I * 16 + tokens)[:, None] > (M * 16 + tokens)[None, :]
-    # exp only where s < t, as in `_masked_decay`
-    decay = tl.where(strict, tl.exp(tl.where(strict, G_rows[:, None] - G_cols[None, :], 0.0)), 0.0)
-    return beta[:, None] * decay * kk
-
-
-@triton.jit
-def _unit_lower_inverse_16(A):
-    """(I + A)^{-1} of a strictly lower-triangular A [16, 16] by forward substitution, one row per step."""
-    rows = tl.arange(0, 16)
-    identity = (rows[:, None] == rows[None, :]).to(tl.float32)
-    inverse = identity
-    for i in range(1, 16):
-        selected = (rows == i)[:, None]
-        substituted = identity - tl.dot(tl.where(selected, A, 0.0), inverse, input_precision="ieee")
-        inverse = tl.where(selected, substituted, inverse)
-    return inverse
+    return beta[:, None] * _masked_decay_between(G_rows, G_cols, strict) * kk
 
 
 @triton.jit
@@ -183,7 +170,7 @@ def _blocked_inverse(k_ptr, beta_ptr, G_ptr, inverse_ptr, row0, t0, T, H: tl.con
             tl.store(_block(inverse_ptr, m, i, BT), _block_A(k_ptr, beta_ptr, G_ptr, row0, t0, T, H, K, DT, PRECISION,
                                                              i, m, BT, BK))
         diagonal = _block_A(k_ptr, beta_ptr, G_ptr, row0, t0, T, H, K, DT, PRECISION, i, i, BT, BK)
-        tl.store(_block(inverse_ptr, i, i, BT), _unit_lower_inverse_16(diagonal))
+        tl.store(_block(inverse_ptr, i, i, BT), _unit_lower_inverse(diagonal, 16))
     tl.debug_barrier()
     for i in tl.static_range(1, NB):
         diagonal_inverse = tl.load(_block(inverse_ptr, i, i, BT))

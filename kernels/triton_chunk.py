@@ -80,7 +80,13 @@ def _extra_offsets(b, h, t0, v0, l, T, H, K, V, L, BT: tl.constexpr, BK: tl.cons
 @triton.jit
 def _masked_decay(G, mask):
     """exp(G_t - G_s) where mask[t, s] holds, else 0."""
-    return tl.where(mask, tl.exp(tl.where(mask, G[:, None] - G[None, :], 0.0)), 0.0)
+    return _masked_decay_between(G, G, mask)
+
+
+@triton.jit
+def _masked_decay_between(G_rows, G_cols, mask):
+    """exp(G_rows[t] - G_cols[s]) where mask[t, s] holds, else 0 (exp taken only there: no overflow outside)."""
+    return tl.where(mask, tl.exp(tl.where(mask, G_rows[:, None] - G_cols[None, :], 0.0)), 0.0)
 
 
 @triton.jit
