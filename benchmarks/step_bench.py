@@ -57,6 +57,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_options import parse_dims
 from step_checks import check_compiled, check_fused, check_host_syncs
 from step_report import Report, merge, step_markdown
 from step_solo import measure_solo
@@ -139,16 +140,7 @@ def parse_shapes(args: argparse.Namespace) -> list[tuple[int, int]]:
     """The (batch, length) of the step table: --shapes "BxT,...", else --batch-size with each of --lengths."""
     if not args.shapes:
         return [(args.batch_size, int(length)) for length in args.lengths.split(",") if length]
-    shapes = []
-    for part in args.shapes.split(","):
-        try:
-            batch, length = (int(number) for number in part.lower().split("x"))
-        except ValueError:
-            raise SystemExit(f"option --shapes: {part!r} is not BATCHxLENGTH (256x50, say)") from None
-        if batch < 1 or length < 1:
-            raise SystemExit(f"option --shapes: {part!r} needs a batch and a length of at least 1")
-        shapes.append((batch, length))
-    return shapes
+    return parse_dims(args.shapes, "BxT")
 
 
 def build_parser() -> argparse.ArgumentParser:

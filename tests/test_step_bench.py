@@ -244,3 +244,14 @@ def test_speedup_lines_without_eager_cells(step_bench):
     assert lines == ["Speed-up of the compiled step over eager: x 3 x 50 fused cudagraphs 3.00x.",
                      "All 1 backbones measured both ways at 3 x 50 (fused), one step of each: eager 12.0 ms, "
                      "cudagraphs 4.0 ms, 3.00x."]
+
+
+@pytest.mark.parametrize("shapes", ["256x", "256X50", "0x50", "256x50x2", "256x-5"])
+def test_bad_shapes_are_refused_before_any_step(step_bench, tmp_path, capsys, shapes):
+    """--shapes takes BATCHxLENGTH pairs of positive integers (bench_options.parse_dims, shared with the other
+    benchmarks); anything else stops the run with the option and the item named, before a model is built."""
+    with pytest.raises(SystemExit) as exit_:
+        step_bench.main(["--device", "cpu", "--shapes", f"8x4,{shapes}", "--models", "sasrec",
+                         "--out-dir", str(tmp_path)])
+    assert str(exit_.value) == f"--shapes: {shapes!r} is not BxT with 2 positive integers"
+    assert not list(tmp_path.iterdir())
