@@ -247,7 +247,7 @@ def test_speedup_lines_without_eager_cells(step_bench):
 
 
 @pytest.mark.parametrize("shapes", ["256x", "256X50", "0x50", "256x50x2", "256x-5"])
-def test_bad_shapes_are_refused_before_any_step(step_bench, tmp_path, capsys, shapes):
+def test_bad_shapes_are_refused_before_any_step(step_bench, tmp_path, shapes):
     """--shapes takes BATCHxLENGTH pairs of positive integers (bench_options.parse_dims, shared with the other
     benchmarks); anything else stops the run with the option and the item named, before a model is built."""
     with pytest.raises(SystemExit) as exit_:
