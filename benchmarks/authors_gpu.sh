@@ -22,6 +22,7 @@
 # those models' authors step, eager and graphed (benchmarks/authors_step.py, one process per model so that a
 # crash loses only its own row), beside the grids; OUT_DIR/authors_step.txt holds their rows and errors.
 # AUTHORS_MODELS=a,b,... narrows the authors grid to those models (authors grid --models);
+# AUTHORS_DATASETS=a,b,... runs the authors grid on those datasets (authors grid --datasets; default ml-100k);
 # AUTHORS_SCAN_BACKEND=torch trains the authors grid's models that run the delta scan (registry.runs_scan:
 # gated_deltanet, prism, mamba2 and mamba2-authors of the design) on the scan's PyTorch path instead of the
 # Triton kernels (authors grid --scan-backend; each record's "scan" names the backend).
@@ -87,6 +88,7 @@ fi
 # headline_gpu.sh passes the grid its own --budget (BUDGET less any compile check)
 scan=${AUTHORS_SCAN_BACKEND:+--scan-backend $AUTHORS_SCAN_BACKEND}
 export AUTHORS_ARGS="--workers ${AUTHORS_WORKERS:-3} $eager ${AUTHORS_MODELS:+--models $AUTHORS_MODELS} $scan"
+AUTHORS_ARGS+=" ${AUTHORS_DATASETS:+--datasets $AUTHORS_DATASETS}"
 benchmarks/headline_gpu.sh "$out"
 status=$?
 for pid in $step_pid $beside_pid; do wait "$pid"; done
