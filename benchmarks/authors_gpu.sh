@@ -47,6 +47,14 @@ if ! python3 -c "import sys; from prism_rec.kernels.delta_scan import BACKENDS; 
     "${AUTHORS_SCAN_BACKEND:-auto}"; then
     echo "AUTHORS_SCAN_BACKEND must be one of kernels/delta_scan.py's BACKENDS, got '$AUTHORS_SCAN_BACKEND'"; exit 2
 fi
+if ! python3 -c "import sys
+from prism_rec.protocols.authors.data import OptionError, check_dataset
+try:
+    [check_dataset(name, 'AUTHORS_DATASETS') for name in sys.argv[1].split(',')]
+except OptionError as error:
+    sys.exit(str(error))" "${AUTHORS_DATASETS:-ml-100k}"; then
+    exit 2
+fi
 mkdir -p "$out"
 if [ -n "${BEFORE:-}" ]; then
     started=$SECONDS
