@@ -161,3 +161,20 @@ def test_the_report_reads_the_design_the_runs_were_made_by(tmp_path):
     write_jsonl(folder / "manifest.jsonl", rows)
     with pytest.raises(OptionError, match="option --from: the runs were made by designs of different seeds"):
         write_report([folder], tmp_path / "report.md", "test", (next_item,))
+
+
+def test_the_rate_grids_flag_a_run_that_tied_every_candidate(tmp_path):
+    """A seed-0 grid run that scored every item alike in 3 of its 6 test cases is flagged with that share
+    (ties = N_ITEMS - 1: all the other items tied with the target); the runs without such cases are not."""
+    folder, next_item = manifests(tmp_path, ORDERED, KEPT_EQUAL, FLAT_NEXT)
+    collapsed = next(row for row in read_jsonl(folder / "manifest.jsonl")
+                     if row["config"]["model"] == "sasrec" and row["config"]["lr"] == 1e-2)
+    path = folder / "cases" / f"{collapsed['key']}.json"
+    cases = json.loads(path.read_text())
+    cases["above"][:3], cases["ties"][:3] = [0] * 3, [N_ITEMS - 1] * 3
+    path.write_text(json.dumps(cases))
+    text = write_report([folder], tmp_path / "report.md", "test", (next_item,)).read_text()
+    grid = text[text.index("### ml-100k: seed 0's rate grids"):text.index("### ml-100k, head width")]
+    sasrec = next(line for line in grid.splitlines() if line.startswith("| sasrec |"))
+    assert "0.01: 0.8000 (all tied in 50% of test cases)" in sasrec
+    assert grid.count("all tied in") == 1 and '"All tied": the run scored every candidate item alike' in grid

@@ -50,6 +50,7 @@ PAPER_MODEL = {"sasrec": "SASRec", "hstu": "HSTU", "mamba2": "Mamba-2", "mamba2-
                "ttt-mlp": "TTT", "titans": "Titans", "prism": "PRISM", "prism-authors": "PRISM"}
 REFERENCES = ("null", "sasrec")
 ORDERING_PAIRS = (("prism-authors", "gdn-authors"), ("prism", "gated_deltanet"))
+TIED_FLAG = 0.01  # rate_grid_table flags a run that tied every candidate in this share of its cases or more
 
 
 def load_runs(folders: list[Path]) -> list[dict]:
@@ -181,9 +182,21 @@ def head_groups(cells: dict, dataset: str, channel: int) -> dict[str, list[tuple
     return groups or {PER_BACKBONE: floor}
 
 
+def tied_share(run: dict) -> float:
+    """The share of the run's test cases that scored every candidate alike: a scorer collapsed to a constant
+    (a dead ReLU layer of the MergeLayer, say) gives 1, and its AUC 0.5."""
+    ties = np.asarray(run["cases"]["ties"])
+    return float(np.mean(ties == run["n_items"] - 1)) if len(ties) else 0.0
+
+
 def rate_grid_table(design: Design, runs: list[dict], dataset: str) -> str:
-    """Seed 0's validation full-ranking AUC per rate tried, and the choice, of every model on ``dataset``."""
-    by_rate = tuning.valid_auc_by_rate(tuning_entries(design.own(runs)))
+    """Seed 0's validation full-ranking AUC per rate tried, and the choice, of every model on ``dataset``; a
+    rate whose seed-0 run tied every candidate in at least TIED_FLAG of its test cases says so."""
+    own = design.own(runs)
+    by_rate = tuning.valid_auc_by_rate(tuning_entries(own))
+    tied = {(run["config"]["model"], run["config"]["lr"]): tied_share(run) for run in own
+            if run["dataset"] == dataset and run["config"]["seed"] == 0
+            and run["config"]["head_width"] == PER_BACKBONE}
     rows = []
     for (d, model), tried in sorted(by_rate.items()):
         if d != dataset:
@@ -191,8 +204,18 @@ def rate_grid_table(design: Design, runs: list[dict], dataset: str) -> str:
         following = design.grid.next_rate(tried)
         choice = (f"next {following:g}" if following is not None else
                   f"{design.grid.choice(tried):g}" + (" (at the ladder's end)" if design.grid.at_edge(tried) else ""))
-        rows.append([model, ", ".join(f"{rate:g}: {auc:.4f}" for rate, auc in sorted(tried.items())), choice])
-    return pipe_table(["model", "validation full-ranking AUC of seed 0 per rate", "choice"], rows, "lll")
+        cells = []
+        for rate, auc in sorted(tried.items()):
+            share = tied.get((model, rate), 0.0)
+            cells.append(f"{rate:g}: {auc:.4f}" + (f" (all tied in {share:.0%} of test cases)"
+                                                    if share >= TIED_FLAG else ""))
+        rows.append([model, ", ".join(cells), choice])
+    table = pipe_table(["model", "validation full-ranking AUC of seed 0 per rate", "choice"], rows, "lll")
+    if any(share >= TIED_FLAG for share in tied.values()):
+        table += ("\n\n\"All tied\": the run scored every candidate item alike in that share of its test cases (a "
+                  "collapsed scorer); its AUC is 0.5 there, and the authors' Hit@K, which ranks ties below the target, "
+                  "counts each such case a hit.")
+    return table
 
 
 def protocols_table(cells: dict, next_cells: dict, dataset: str, models: list[str], design: Design,
