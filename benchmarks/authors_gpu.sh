@@ -48,7 +48,8 @@ if ! python3 -c "import sys; from prism_rec.kernels.delta_scan import BACKENDS; 
     echo "AUTHORS_SCAN_BACKEND must be one of kernels/delta_scan.py's BACKENDS, got '$AUTHORS_SCAN_BACKEND'"; exit 2
 fi
 if ! python3 -c "import sys
-from prism_rec.protocols.authors.data import OptionError, check_dataset
+from prism_rec.errors import OptionError
+from prism_rec.protocols.authors.data import check_dataset
 try:
     [check_dataset(name, 'AUTHORS_DATASETS') for name in sys.argv[1].split(',')]
 except OptionError as error:
