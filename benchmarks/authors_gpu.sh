@@ -47,13 +47,13 @@ if ! python3 -c "import sys; from prism_rec.kernels.delta_scan import BACKENDS; 
     "${AUTHORS_SCAN_BACKEND:-auto}"; then
     echo "AUTHORS_SCAN_BACKEND must be one of kernels/delta_scan.py's BACKENDS, got '$AUTHORS_SCAN_BACKEND'"; exit 2
 fi
-if ! python3 -c "import sys
+if [ -n "${AUTHORS_DATASETS:-}" ] && ! python3 -c "import sys
 from prism_rec.errors import OptionError
 from prism_rec.protocols.authors.data import check_dataset
 try:
     [check_dataset(name, 'AUTHORS_DATASETS') for name in sys.argv[1].split(',')]
 except OptionError as error:
-    sys.exit(str(error))" "${AUTHORS_DATASETS:-ml-100k}"; then
+    sys.exit(str(error))" "$AUTHORS_DATASETS"; then
     exit 2
 fi
 mkdir -p "$out"
@@ -96,8 +96,8 @@ if [ -z "$check_pid" ]; then
 fi
 # headline_gpu.sh passes the grid its own --budget (BUDGET less any compile check)
 scan=${AUTHORS_SCAN_BACKEND:+--scan-backend $AUTHORS_SCAN_BACKEND}
-export AUTHORS_ARGS="--workers ${AUTHORS_WORKERS:-3} $eager ${AUTHORS_MODELS:+--models $AUTHORS_MODELS} $scan"
-AUTHORS_ARGS+=" ${AUTHORS_DATASETS:+--datasets $AUTHORS_DATASETS}"
+export AUTHORS_ARGS="--workers ${AUTHORS_WORKERS:-3} $eager ${AUTHORS_MODELS:+--models $AUTHORS_MODELS} $scan
+    ${AUTHORS_DATASETS:+--datasets $AUTHORS_DATASETS}"
 benchmarks/headline_gpu.sh "$out"
 status=$?
 for pid in $step_pid $beside_pid; do wait "$pid"; done
