@@ -14,10 +14,11 @@ D[t, s] = exp(G_t - G_s)), with h the state at the chunk's start and h' at its e
 
 Without beta (SSD / gated linear attention) A = Bx = 0, w = 0 and u = v.
 
-Forward: `_wy_forward_kernel` (grid chunks x B*H: G, T, w, u, E; T blocked on 16 x 16 blocks: forward
-substitution inside the diagonal ones, then block substitution T_ij = -T_ii sum_m A_im T_mj, through the
-inverse's buffer; CUDA-core fp32 products on 16 x 16 tiles only), `_state_forward_kernel` (grid value blocks
-x B*H, sequential over chunks: h at every chunk start and v_new), `_output_kernel` (grid value blocks x
+Forward: `_wy_forward_kernel` (grid chunks x B*H: G, T, w, u, E; A from one k k^T product per key block,
+T on its 16 x 16 blocks: forward substitution inside the diagonal ones, then block substitution
+T_ij = -T_ii sum_m A_im T_mj, through the inverse's buffer; CUDA-core fp32 products on 16 x 16 tiles only;
+results/kernel_profile.md section 5), `_state_forward_kernel` (grid value blocks x B*H, sequential over
+chunks: h at every chunk start and v_new), `_output_kernel` (grid value blocks x
 chunks x B*H: o). Backward, dh' being the gradient of a chunk's end state: `_local_value_grad_kernel`
 (scale (M D q k^T)^T do), `_state_backward_kernel` (sequential in reverse: dv_new = that + (exp(G_C - G) k)
 dh', dh = exp(G_C) dh' + scale (gamma q)^T do - w^T dv_new), `_key_grads_kernel` (grid key blocks x chunks
@@ -44,7 +45,6 @@ import triton.language as tl
 from .triton_chunk import (
     _given_or_zeros,
     _masked_decay,
-    _masked_decay_between,
     _on_input_device,
     _state_block,
     _unit_lower_inverse,
@@ -125,32 +125,6 @@ def _chunk_G(G_ptr, bh, chunk, T, H, BT: tl.constexpr):
 
 
 @triton.jit
-def _block_G(G_ptr, row0, t0, T, H, I: tl.constexpr, BT: tl.constexpr):
-    """G [16] of block I (tokens t0 + 16 I ..) of a chunk, reloaded from G_ptr; G_C past T as in `_chunk_G`."""
-    tokens = I * 16 + tl.arange(0, 16)
-    G_last = tl.load(G_ptr + row0 + (tl.minimum(t0 + BT, T) - 1 - t0) * H)
-    return tl.where(t0 + tokens < T, tl.load(G_ptr + row0 + tokens * H, mask=t0 + tokens < T, other=0.0), G_last)
-
-
-@triton.jit
-def _block_A(k_ptr, beta_ptr, G_ptr, row0, t0, T, H: tl.constexpr, K: tl.constexpr, DT: tl.constexpr,
-             PRECISION: tl.constexpr, I: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
-    """Block (I, M), I >= M, of A [16, 16]: beta_t D[t, s] (k_t . k_s) for s < t (strictly lower for I = M,
-    full below the diagonal), zero rows and columns past T."""
-    kk = tl.zeros([16, 16], dtype=tl.float32)
-    for kb in range(tl.cdiv(K, BK)):
-        k_rows = _rows(k_ptr, row0 + I * 16 * H, H, t0 + I * 16, T, K, kb * BK, 16, BK)
-        k_cols = _rows(k_ptr, row0 + M * 16 * H, H, t0 + M * 16, T, K, kb * BK, 16, BK)
-        kk += _mm(k_rows, tl.trans(k_cols), DT, PRECISION)
-    tokens = tl.arange(0, 16)
-    beta = tl.load(beta_ptr + row0 + (I * 16 + tokens) * H, mask=t0 + I * 16 + tokens < T, other=0.0).to(tl.float32)
-    G_rows = _block_G(G_ptr, row0, t0, T, H, I, BT)
-    G_cols = _block_G(G_ptr, row0, t0, T, H, M, BT)
-    strict = (I * 16 + tokens)[:, None] > (M * 16 + tokens)[None, :]
-    return beta[:, None] * _masked_decay_between(G_rows, G_cols, strict) * kk
-
-
-@triton.jit
 def _block(inverse_ptr, I: tl.constexpr, J: tl.constexpr, BT: tl.constexpr):
     """Pointers of block (I, J) [16, 16] of a chunk's [BT, BT] inverse."""
     tokens = tl.arange(0, 16)
@@ -158,18 +132,29 @@ def _block(inverse_ptr, I: tl.constexpr, J: tl.constexpr, BT: tl.constexpr):
 
 
 @triton.jit
-def _blocked_inverse(k_ptr, beta_ptr, G_ptr, inverse_ptr, row0, t0, T, H: tl.constexpr, K: tl.constexpr,
-                     DT: tl.constexpr, PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
-    """T = (I + A)^{-1} of a chunk into inverse_ptr [BT, BT] (its G already stored to G_ptr), on 16 x 16 blocks
-    kept in that buffer between steps: D_i = (I + A_ii)^{-1} by forward substitution, then block rows in order,
-    T_ij = -D_i sum_{m=j}^{i-1} A_im T_mj. A_im (i > m) waits in the upper block (m, i), zeroed at the end."""
+def _blocked_inverse(k_ptr, inverse_ptr, row0, t0, T, G, beta, H: tl.constexpr, K: tl.constexpr, DT: tl.constexpr,
+                     PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+    """T = (I + A)^{-1} of a chunk into inverse_ptr [BT, BT], on 16 x 16 blocks kept in that buffer between
+    steps. A [BT, BT] comes from one k k^T product per key block and is stored at once, its block A_im (i > m)
+    waiting in the upper block (m, i); then D_i = (I + A_ii)^{-1} by forward substitution, and block rows in
+    order, T_ij = -D_i sum_{m=j}^{i-1} A_im T_mj; the upper blocks are zeroed at the end."""
     NB: tl.constexpr = BT // 16
-    tl.debug_barrier()  # G stored by other threads
+    tokens = tl.arange(0, BT)
+    kk = tl.zeros([BT, BT], dtype=tl.float32)
+    for kb in range(tl.cdiv(K, BK)):
+        k = _rows(k_ptr, row0, H, t0, T, K, kb * BK, BT, BK)
+        kk += _mm(k, tl.trans(k), DT, PRECISION)
+    A = beta[:, None] * _masked_decay(G, tokens[:, None] > tokens[None, :]) * kk
+    row_block = tokens[:, None] // 16
+    col_block = tokens[None, :] // 16
+    lower = row_block > col_block
+    rows = tl.where(lower, col_block * 16 + tokens[:, None] % 16, tokens[:, None])
+    cols = tl.where(lower, row_block * 16 + tokens[None, :] % 16, tokens[None, :])
+    tl.store(inverse_ptr + rows * BT + cols, A, mask=row_block >= col_block)
+    tl.debug_barrier()
     for i in tl.static_range(NB):
-        for m in tl.static_range(i):
-            tl.store(_block(inverse_ptr, m, i, BT), _block_A(k_ptr, beta_ptr, G_ptr, row0, t0, T, H, K, DT, PRECISION,
-                                                             i, m, BT, BK))
-        diagonal = _block_A(k_ptr, beta_ptr, G_ptr, row0, t0, T, H, K, DT, PRECISION, i, i, BT, BK)
+        diagonal = tl.load(_block(inverse_ptr, i, i, BT))
+        tl.debug_barrier()  # every thread has read the block before it is overwritten
         tl.store(_block(inverse_ptr, i, i, BT), _unit_lower_inverse(diagonal, 16))
     tl.debug_barrier()
     for i in tl.static_range(1, NB):
@@ -203,9 +188,9 @@ def _wy_forward_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, G_ptr, inv
     tl.store(G_ptr + row, G, mask=t < T)
     if HAS_BETA:
         chunk_inverse_ptr = inverse_ptr + (bh * NT + chunk) * BT * BT
-        _blocked_inverse(k_ptr, beta_ptr, G_ptr, chunk_inverse_ptr, row0, t0, T, H, K, DT, PRECISION, BT, BK)
-        inverse = tl.load(chunk_inverse_ptr + tokens[:, None] * BT + tokens[None, :])
         beta = tl.load(beta_ptr + row, mask=t < T, other=0.0).to(tl.float32)
+        _blocked_inverse(k_ptr, chunk_inverse_ptr, row0, t0, T, G, beta, H, K, DT, PRECISION, BT, BK)
+        inverse = tl.load(chunk_inverse_ptr + tokens[:, None] * BT + tokens[None, :])
         decay_strict = _masked_decay(G, tokens[:, None] > tokens[None, :])
         for kb in range(tl.cdiv(K, BK)):
             k = _rows(k_ptr, row0, H, t0, T, K, kb * BK, BT, BK).to(tl.float32)
