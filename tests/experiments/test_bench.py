@@ -97,19 +97,18 @@ def test_params_name_every_backbone_option_with_its_default():
     assert "backbone.d_model" not in params  # the shared settings keep their own names
 
 
-def test_one_seed_is_said_as_such_and_logged_as_a_count(store, tiny, run_cli):
-    run_cli("bench", "--models", "sasrec", "--seeds", "1", "--epochs", "1", "--results-dir", str(store / "r"), *tiny)
+def test_one_seed_is_said_as_such_and_logged_as_a_count(store, tiny, one_torch_thread):
+    main(["bench", "--models", "sasrec", "--seeds", "1", "--epochs", "1", "--results-dir", str(store / "r"), *tiny])
     parent = mlflow.search_runs(experiment_names=["ml-100k"], filter_string="tags.prism_rec_role = 'parent'").iloc[0]
     assert parent["params.seeds"] == "1" and parent["params.seed_values"] == "0"
     table = mlflow.artifacts.load_text(f"runs:/{parent['run_id']}/auc.md")
     assert "One seed per model: no std over seeds" in table and " ± " not in table
 
 
-def test_pop_beside_a_trained_backbone_runs_once_and_is_labelled_deterministic(store, tiny, run_cli):
-    result = run_cli("bench", "--models", "sasrec,pop", "--seeds", "2", "--epochs", "1",
-                     "--results-dir", str(store / "r"), *tiny, check=False)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "[3/3] pop seed 0" in result.stdout and "pop seed 1" not in result.stdout  # deterministic: one run
+def test_pop_beside_a_trained_backbone_runs_once_and_is_labelled_deterministic(store, tiny, one_torch_thread, capsys):
+    main(["bench", "--models", "sasrec,pop", "--seeds", "2", "--epochs", "1", "--results-dir", str(store / "r"), *tiny])
+    printed = capsys.readouterr().out
+    assert "[3/3] pop seed 0" in printed and "pop seed 1" not in printed  # deterministic: one run
     runs = mlflow.search_runs(experiment_names=["ml-100k"])
     children = runs[runs["tags.prism_rec_role"] == "child"]
     assert sorted(children["tags.mlflow.runName"]) == ["pop-s0", "sasrec-s0", "sasrec-s1"]

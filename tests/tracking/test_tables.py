@@ -3,6 +3,7 @@
 import pandas as pd
 import pytest
 
+from prism_rec.cli import main
 from prism_rec.errors import OptionError
 from prism_rec.tracking import tables
 from prism_rec.tracking.tables import markdown_table, store_cells, summarise
@@ -34,12 +35,12 @@ def test_summary_and_markdown_columns_line_up():
     assert "**" not in row_a
 
 
-def test_tables_keep_only_the_newest_protocol(store, tiny, run_cli):
+def test_tables_keep_only_the_newest_protocol(store, tiny, one_torch_thread):
     """A later benchmark with other shared settings (epochs here) hides the earlier runs from the table."""
     from prism_rec.tracking.tables import finished_child_runs
 
-    run_cli("bench", "--models", "sasrec", "--seeds", "1", "--results-dir", str(store / "r"), *tiny)
-    run_cli("bench", "--models", "sasrec", "--seeds", "1", "--results-dir", str(store / "r"), *tiny, "--epochs", "1")
+    main(["bench", "--models", "sasrec", "--seeds", "1", "--results-dir", str(store / "r"), *tiny])
+    main(["bench", "--models", "sasrec", "--seeds", "1", "--results-dir", str(store / "r"), *tiny, "--epochs", "1"])
     runs, other_protocols = finished_child_runs("ml-100k")
     assert len(runs) == 1 and other_protocols == 1 and runs["params.epochs"].iloc[0] == "1"
     assert "Left out: 1 finished run(s)" in (store / "r" / "ml-100k" / "auc.md").read_text()
