@@ -41,7 +41,12 @@ def store(tmp_path, monkeypatch):
 @pytest.fixture
 def tiny(tmp_path):
     """`prism-rec bench` options of a run that takes seconds on ml-100k, checkpoints kept in tmp_path."""
-    return [*TINY_BENCH_ARGS, "--checkpoint-dir", str(tmp_path / "checkpoints")]
+    return tiny_bench_args(tmp_path)
+
+
+def tiny_bench_args(folder):
+    """TINY_BENCH_ARGS with the run's checkpoints kept in folder/checkpoints."""
+    return [*TINY_BENCH_ARGS, "--checkpoint-dir", str(folder / "checkpoints")]
 
 
 @pytest.fixture
@@ -94,8 +99,7 @@ def served_bench(tmp_path_factory, one_torch_thread):
     with pytest.MonkeyPatch.context() as patch:
         use_store(folder, patch)
         main(["bench", "--models", "sasrec,pop", "--seeds", "2", "--epochs", "1", "--device", "cpu",
-              "--results-dir", str(folder / "results"), *TINY_BENCH_ARGS,
-              "--checkpoint-dir", str(folder / "checkpoints")])
+              "--results-dir", str(folder / "results"), *tiny_bench_args(folder)])
         port = free_loopback_port()
         server = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", os.environ["MLFLOW_TRACKING_URI"],
