@@ -132,19 +132,20 @@ def _block(inverse_ptr, I: tl.constexpr, J: tl.constexpr, BT: tl.constexpr):
 
 
 @triton.jit
-def _blocked_inverse(k_ptr, inverse_ptr, row0, t0, T, G, beta, H: tl.constexpr, K: tl.constexpr, DT: tl.constexpr,
-                     PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+def _blocked_inverse(k_ptr, inverse_ptr, row0, t0, T, beta, decay_strict, H: tl.constexpr, K: tl.constexpr,
+                     DT: tl.constexpr, PRECISION: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
     """T = (I + A)^{-1} of a chunk into inverse_ptr [BT, BT], on 16 x 16 blocks kept in that buffer between
-    steps. A [BT, BT] comes from one k k^T product per key block and is stored at once, its block A_im (i > m)
-    waiting in the upper block (m, i); then D_i = (I + A_ii)^{-1} by forward substitution, and block rows in
-    order, T_ij = -D_i sum_{m=j}^{i-1} A_im T_mj; the upper blocks are zeroed at the end."""
+    steps (decay_strict [BT, BT]: D[t, s] for s < t, else 0). A [BT, BT] comes from one k k^T product per key
+    block and is stored at once, its block A_im (i > m) waiting in the upper block (m, i); then
+    D_i = (I + A_ii)^{-1} by forward substitution, and block rows in order, T_ij = -D_i sum_{m=j}^{i-1} A_im T_mj;
+    the upper blocks are zeroed at the end."""
     NB: tl.constexpr = BT // 16
     tokens = tl.arange(0, BT)
     kk = tl.zeros([BT, BT], dtype=tl.float32)
     for kb in range(tl.cdiv(K, BK)):
         k = _rows(k_ptr, row0, H, t0, T, K, kb * BK, BT, BK)
         kk += _mm(k, tl.trans(k), DT, PRECISION)
-    A = beta[:, None] * _masked_decay(G, tokens[:, None] > tokens[None, :]) * kk
+    A = beta[:, None] * decay_strict * kk
     row_block = tokens[:, None] // 16
     col_block = tokens[None, :] // 16
     lower = row_block > col_block
@@ -189,9 +190,9 @@ def _wy_forward_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, ek_ptr, ev_ptr, G_ptr, inv
     if HAS_BETA:
         chunk_inverse_ptr = inverse_ptr + (bh * NT + chunk) * BT * BT
         beta = tl.load(beta_ptr + row, mask=t < T, other=0.0).to(tl.float32)
-        _blocked_inverse(k_ptr, chunk_inverse_ptr, row0, t0, T, G, beta, H, K, DT, PRECISION, BT, BK)
-        inverse = tl.load(chunk_inverse_ptr + tokens[:, None] * BT + tokens[None, :])
         decay_strict = _masked_decay(G, tokens[:, None] > tokens[None, :])
+        _blocked_inverse(k_ptr, chunk_inverse_ptr, row0, t0, T, beta, decay_strict, H, K, DT, PRECISION, BT, BK)
+        inverse = tl.load(chunk_inverse_ptr + tokens[:, None] * BT + tokens[None, :])
         for kb in range(tl.cdiv(K, BK)):
             k = _rows(k_ptr, row0, H, t0, T, K, kb * BK, BT, BK).to(tl.float32)
             w = tl.dot(inverse, (beta * tl.exp(G))[:, None] * k, input_precision=PRECISION)
