@@ -39,10 +39,11 @@ def test_precision_enters_the_settings_hash_only_when_not_the_default():
         TrainConfig(precision="fp16").validate()
 
 
-def test_bench_logs_runs_and_writes_table(store, tiny, run_cli):
-    result = run_cli("bench", "--dataset", "ml-100k", "--models", "sasrec", "--seeds", "2",
-                     "--results-dir", str(store / "results"), *tiny)
-    assert "Your AUC table" in result.stdout and "Published headline tables (H200, not touched" in result.stdout
+def test_bench_logs_runs_and_writes_table(store, tiny, one_torch_thread, capsys):
+    main(["bench", "--dataset", "ml-100k", "--models", "sasrec", "--seeds", "2",
+          "--results-dir", str(store / "results"), *tiny])
+    printed = capsys.readouterr().out
+    assert "Your AUC table" in printed and "Published headline tables (H200, not touched" in printed
     table = (store / "results" / "ml-100k" / "auc.md").read_text()
     assert "| sasrec |" in table and "Produced by:" in table
     csv = (store / "results" / "ml-100k" / "auc.csv").read_text().splitlines()
@@ -81,8 +82,8 @@ def test_bench_logs_runs_and_writes_table(store, tiny, run_cli):
         parent["metrics.test_auc_ci_high/sasrec"]
     assert (store / "results" / "ml-100k" / "auc.png").read_bytes().startswith(b"\x89PNG")
 
-    rebuilt = run_cli("tables", "--results-dir", str(store / "rebuilt"))
-    assert "ml-100k" in rebuilt.stdout
+    main(["tables", "--results-dir", str(store / "rebuilt")])
+    assert "ml-100k" in capsys.readouterr().out
     rebuilt_csv = (store / "rebuilt" / "ml-100k" / "auc.csv").read_text()
     assert rebuilt_csv == (store / "results" / "ml-100k" / "auc.csv").read_text()
 
@@ -244,13 +245,15 @@ def test_bench_options_are_made_from_train_config_fields(monkeypatch, capsys):
     assert "--warmup-steps WARMUP_STEPS" in capsys.readouterr().out
 
 
-def test_bench_reports_paired_differences_against_the_best_and_runs_still_improving(store, tiny, run_cli):
-    result = run_cli("bench", "--models", "sasrec,pop", "--seeds", "2", "--results-dir", str(store / "r"), *tiny)
+def test_bench_reports_paired_differences_against_the_best_and_runs_still_improving(store, tiny, one_torch_thread,
+                                                                                   capsys):
+    main(["bench", "--models", "sasrec,pop", "--seeds", "2", "--results-dir", str(store / "r"), *tiny])
+    printed = capsys.readouterr().out
     runs = mlflow.search_runs(experiment_names=["ml-100k"])
     children = runs[runs["tags.prism_rec_role"] == "child"]
     means = children.groupby("tags.model")["metrics.test_auc"].mean()
     best, other = means.idxmax(), means.idxmin()
-    assert f"Paired differences against the best mean, {best}" in result.stdout
+    assert f"Paired differences against the best mean, {best}" in printed
     parent = runs[runs["tags.prism_rec_role"] == "parent"].iloc[0]
     logged = mlflow.artifacts.load_dict(f"runs:/{parent['run_id']}/paired_differences.json")
     table = pd.DataFrame(logged["data"], columns=logged["columns"])  # mlflow.log_table's layout
@@ -263,5 +266,5 @@ def test_bench_reports_paired_differences_against_the_best_and_runs_still_improv
     assert "paired_differences.md" in {a.path for a in mlflow.MlflowClient().list_artifacts(parent["run_id"])}
     trained = children[children["tags.model"] == "sasrec"]
     improving = (trained["metrics.best_epoch"] == trained["metrics.epochs_run"]).sum()
-    assert result.stdout.count("warning: still improving at the last epoch") == improving
-    assert ("still improving at the last epoch (best epoch = last)" in result.stdout) == (improving > 0)
+    assert printed.count("warning: still improving at the last epoch") == improving
+    assert ("still improving at the last epoch (best epoch = last)" in printed) == (improving > 0)
