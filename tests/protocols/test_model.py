@@ -20,8 +20,9 @@ def test_time_encoding_formula():
 
 
 @pytest.mark.parametrize("model, width", [("sasrec", 768), ("prism", 768), ("prism-authors", 768),
-                                          ("gdn-authors", 64), ("gated_deltanet", 64), ("mamba2-authors", 64),
-                                          ("null", 64), ("hstu", 64)])
+                                          ("prism-L1", 768), ("prism-nogelu", 768), ("prism-noconv", 768),
+                                          ("prism-nogain", 768), ("gdn-authors", 64), ("gated_deltanet", 64),
+                                          ("mamba2-authors", 64), ("null", 64), ("hstu", 64)])
 def test_per_backbone_widths_are_the_authors(model, width):
     assert head_width(model, "per-backbone", 768, 64) == width
     assert head_width(model, "96", 768, 64) == 96

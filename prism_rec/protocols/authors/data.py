@@ -10,7 +10,7 @@ Follows rec/utils/DataLoader.py:82-198 and rec/utils/utils.py:83-226, 295-314 (g
   again; the retrieval candidates are the distinct items of the kept edges (evaluate_models_utils.py:121);
 - node ids: 0 is padding, users 1..U, items U+1..U+I (one id space, as DTGB's); edge ids 1..E in time
   order, 0 for the padding slots and the user's own token;
-- neighbours ('recent' strategy, load_configs.py:26, 89): a user's ``n_neighbours`` latest edges strictly
+- neighbours ('recent' strategy, load_configs.py:26): a user's ``n_neighbours`` latest edges strictly
   before the edge's time (np.searchsorted left, utils.py:153), oldest first, left-padded with node 0,
   edge 0, time 0 (utils.py:212-221). Every edge before a training edge is a training edge, so one history
   over all kept edges serves their training sampler (train edges) and their evaluation sampler (all).

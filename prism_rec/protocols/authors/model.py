@@ -11,10 +11,15 @@ Follows rec/models/SASRec.py:44-157 (the same encoder in rec/models/prism.py:100
 - destination: concat(the node projection of the item's feature, the ID projection of its embedding) ->
   Linear to the destination width; no sequence (SASRec.py:120-135);
 - scorer: MergeLayer, concat(src, dst) -> Linear(., channel) -> ReLU -> Linear(channel, 1);
-- widths: ``per-backbone`` is the authors' choice: 768 (the feature width) for SASRec and PRISM
-  (SASRec.py:59-60, prism.py:100-101), the channel width 64 for GDN and the others (GDeltanet.py:104-105,
+- widths: ``per-backbone`` is the authors' choice: 768 (the feature width) for SASRec and PRISM, its
+  ablations included (SASRec.py:59-60, prism.py:100-101, prism_ablate_*.py:102-103; ``WIDE_HEAD_MODELS``),
+  the channel width 64 for GDN and the others (GDeltanet.py:104-105,
   HSTU.py:69-70, MAMBA2.py:81-82, TTT.py:64-65, TITANS.py:75-76); an integer gives every model that width;
 - time encoding: cos(t w + b), w_i = 10^(-9 i / (d - 1)), b = 0, both trained (modules.py:7-39), d = 100.
+
+The gaps are exact here (float64 times, the difference cast to float32); theirs subtract float32 neighbour times
+(utils.py:179, SASRec.py:153), which on unix-second clocks (ml-100k, movies-fedcsr) are off by up to about a
+minute, noise in the highest-frequency channels only; position times are exact in both.
 
 Differences: the backbone is the suite's registered one (``prism_rec.registry``) at width 4 x channel with
 its own initialisation: ``sasrec`` is the original SASRec block (query LayerNorm, ReLU feed-forward,
@@ -43,7 +48,11 @@ from ...registry import SCAN_OPTION, build_backbone, list_backbones, runs_scan
 
 CHANNEL = 64          # --channel_embedding_dim in rec/README.md's commands
 TIME_DIM = 100        # --time_feat_dim default, load_configs.py:36
-WIDE_HEAD_MODELS = ("sasrec", "prism", "prism-authors")  # SASRec.py:59-60, prism.py:100-101
+# 768-wide heads: SASRec.py:59-60, prism.py:100-101, and the ablation files prism_ablate_{l1, no_nonlinear,
+# no_shortconv, no_gain}.py:102-103 (prism-L1, prism-nogelu, prism-noconv, prism-nogain); prism-L0 and
+# prism-eq18, settings of the same PRISM model with no file of their own, take prism.py's width too.
+WIDE_HEAD_MODELS = ("sasrec", "prism", "prism-authors", "prism-L0", "prism-L1", "prism-eq18", "prism-noconv",
+                    "prism-nogain", "prism-nogelu")
 NULL = "null"
 POP = "pop"
 

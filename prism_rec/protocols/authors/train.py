@@ -14,7 +14,12 @@ Follows rec/train_link_prediction.py:80-90, 227-385, 437-535 and rec/utils/Early
   ROC-AUC too. ``pop`` scores an item by its number of training edges and trains nothing.
 
 Differences: negatives and initialisation come from the run's seed (theirs: the global NumPy and torch
-generators seeded with the run index); the kept weights stay in memory (theirs: a file per run).
+generators seeded with the run index); the validation and test negatives come from NumPy's default_rng with
+their seeds 0 and 2 (theirs: a RandomState that also draws source indices first, utils.py:396-405), so the
+same distribution but other draws; link AP and ROC-AUC rank the logits (theirs: float32 sigmoid outputs,
+train_link_prediction.py:308, evaluate_models_utils.py:89, 93, which tie beyond a logit of about 16, so a
+confident model's metric, and with it the early-stopping choice, can differ slightly); the kept weights stay in
+memory (theirs: a file per run).
 """
 
 from __future__ import annotations
