@@ -3,6 +3,7 @@ direct computations, a bootstrap verdict that holds across resampling seeds, bad
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -159,6 +160,39 @@ def test_verdicts_follow_the_rule(monkeypatch):
     users_disagree = {**data, "gated_deltanet": (data["gated_deltanet"][0], users(0.01, 0.05) + 0.5)}
     assert verdicts.family([("prism", "gated_deltanet")], users_disagree, "books-dealrec")[0].verdict == (
         "not resolved (seeds separate them; the test users' interval includes 0)")
+    # the users' interval below 0 where the seeds put prism above: no order; "equal within" where the rule allows it
+    users_opposite = {**data, "gated_deltanet": (data["gated_deltanet"][0], users(0.01, 0.05) + 0.5)}
+    users_opposite["prism"] = (data["prism"][0], zero + 0.5)
+    assert verdicts.family([("prism", "gated_deltanet")], users_opposite, "books-dealrec")[0].verdict == (
+        "not resolved (seeds separate them; the test users' interval excludes 0 on the other side)")
+    close = {**users_opposite, "prism": ([0.801, 0.802, 0.8015, 0.8012, 0.8018], zero + 0.5),
+             "gated_deltanet": ([0.800, 0.8005, 0.8002, 0.8001, 0.8003], users(0.01, 0.05) + 0.5)}
+    low, high, p = direct_welch(close["prism"][0], close["gated_deltanet"][0])
+    assert p < 0.05 and low > 0 and max(abs(low), abs(high)) < 0.0044  # paper: Books PRISM .8888, GDN .8844
+    assert verdicts.family([("prism", "gated_deltanet")], close, "books-dealrec")[0].verdict == (
+        f"equal within ±{max(abs(low), abs(high)):.4f}")
+
+
+def test_the_users_level_counts_the_comparisons_holm_counts():
+    data = {"prism": ([0.890, 0.891, 0.889], users(0.01, 0.05) + 0.5),
+            "gated_deltanet": ([0.880, 0.881, 0.879], users(0.0, 0.05, seed=1) + 0.5),
+            "sasrec": ([0.885], users(0.0, 0.05, seed=2) + 0.5)}  # one seed: its spread, and Welch's p, unknown
+    both = verdicts.family([("prism", "gated_deltanet"), ("prism", "sasrec")], data, "books-dealrec")
+    assert math.isnan(both[1].adjusted_p) and both[1].verdict == "not resolved (seed spread unknown)"
+    assert both[0].users.level == pytest.approx(0.95)  # a family of one test, as Holm's
+    assert both[0].adjusted_p == pytest.approx(direct_welch(data["prism"][0], data["gated_deltanet"][0])[2])
+
+
+def test_the_table_marks_an_interval_at_the_boundary():
+    from prism_rec.experiments.headline import v3_tables
+
+    data = {"prism": ([0.890, 0.891, 0.889], users(0.01, 0.05) + 0.5),
+            "gated_deltanet": ([0.880, 0.881, 0.879], users(0.0, 0.05, seed=1) + 0.5)}
+    comparison = verdicts.family([("prism", "gated_deltanet")], data, "books-dealrec")[0]
+    plain = v3_tables.comparison_table([comparison], set())
+    assert "at the boundary" not in plain
+    boundary = dataclasses.replace(comparison, users=dataclasses.replace(comparison.users, at_boundary=True))
+    assert "resamples, at the boundary: 0 not excluded) |" in v3_tables.comparison_table([boundary], set())
 
 
 def test_the_bootstrap_verdict_does_not_move_with_the_resampling_seed():
@@ -293,3 +327,23 @@ def test_the_v3_pages_state_grids_edges_verdicts_what_moved_and_what_is_incomple
     d64_tables = sum(f"### {d} (d64)" in front for d in DATASETS)
     assert "hstu, mamba2, mamba2-authors" in found and f"on all {d64_tables} d64 tables" in found
     assert f"{books} d256: gated_deltanet (4 of 5 seeds)" in found
+
+
+def test_the_cells_refuse_case_ranks_that_disagree_with_their_runs(monkeypatch):
+    from prism_rec.experiments import tuning
+    from prism_rec.experiments.headline import v3_tables
+    from prism_rec.tracking import case_ranks
+    from tests.experiments.test_headline_report import ELECTRONICS, run
+
+    monkeypatch.setattr(tuning, "selected_entries", lambda entries, grid: entries)  # the runs, as chosen
+    lines = [run(ELECTRONICS, "sasrec", seed, 1e-3, 0.8) for seed in range(2)]
+    entries, ranks = [e for e, _ in lines], {r["record_id"]: r for _, r in lines}
+    assert v3_tables.cells_of(entries, ranks, V3.grid, 2)[(ELECTRONICS, "sasrec")].per_user.shape[0] == 2
+    off = [{**entries[0], "test_auc": entries[0]["test_auc"] + 0.01}, entries[1]]
+    with pytest.raises(ValueError, match=f"case ranks of {ELECTRONICS}/sasrec/s0 .* do not give its test AUC"):
+        v3_tables.cells_of(off, ranks, V3.grid, 2)
+    decoded = case_ranks.decode(ranks[entries[1]["record_id"]]["case_ranks"])
+    other_users = case_ranks.encode(decoded.users + 1, decoded.twice_rank, decoded.n_items)
+    moved = {**ranks, entries[1]["record_id"]: {**ranks[entries[1]["record_id"]], "case_ranks": other_users}}
+    with pytest.raises(ValueError, match="its test users differ from the other runs of"):
+        v3_tables.cells_of(entries, moved, V3.grid, 2)

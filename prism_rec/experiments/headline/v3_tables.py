@@ -21,11 +21,10 @@ from ... import registry
 from ...markdown import pipe_table
 from ...statistics import ALPHA, MAX_SEEDS, POWER
 from ...tracking.bootstrap import PairedDifference, bootstrap_mean_ci, paired_difference
-from ...tracking.case_ranks import decode
 from ...tracking.cells import Cell, seeds_text
 from .. import tuning
 from .protocol import DATASETS, PROTOCOL, V2, WIDTH, width_of
-from .report.grid import FLOOR, _aligned, model_order
+from .report.grid import FLOOR, model_order, run_user_auc
 from .report.tables import evaluations, metric_text, metric_title
 from .v3 import V3
 from .verdicts import Comparison, family
@@ -38,18 +37,24 @@ FRONT_PAGE = "README.md"  # results/README.md, front_page.py
 
 def cells_of(entries: list[dict], ranks: dict[str, dict], grid, seeds: int) -> dict[tuple[str, str], Cell]:
     """The table cells of ``entries`` (one width, one protocol's grid): every seed at the chosen rate, with the
-    per-user AUC [S, U] where every run has case ranks."""
+    per-user AUC [S, U] where every run has case ranks. A dataset's runs must share their test users and each
+    run's case ranks must give its test AUC (report.grid.run_user_auc), or ValueError names the record."""
     selected = collections.defaultdict(list)
     for entry in sorted(tuning.selected_entries(entries, grid), key=lambda e: e["seed"]):
         if entry["seed"] < seeds:
             selected[(entry["dataset"], entry["model"])].append(entry)
-    cells = {}
+    cells, users = {}, {}
     for (dataset, model), runs in selected.items():
         cell = Cell(dataset, model, runs, seeds if registry.trains(model) else 1)
         rows = [ranks.get(run["record_id"]) for run in runs]
         if all(row is not None for row in rows):
-            cell.per_user = np.stack([_aligned(decode(row["case_ranks"], f"case ranks of record {row['record_id']}"))[1]
-                                      for row in rows])
+            per_user = []
+            for run, row in zip(runs, rows):
+                auc, disagreement = run_user_auc(run, row, users)
+                if disagreement:
+                    raise ValueError(f"the case ranks of {disagreement} do not give its test AUC")
+                per_user.append(auc)
+            cell.per_user = np.stack(per_user)
         cells[(dataset, model)] = cell
     return cells
 
@@ -166,7 +171,8 @@ def comparison_table(comparisons: list[Comparison], best: set) -> str:
         s, u = c.seeds, c.users
         what = f"{c.first} − {c.second}" + (" (best − second)" if {c.first, c.second} == best else "")
         welch = "n/a (seed spread unknown)" if not np.isfinite(s.p) else f"[{s.low:+.4f}, {s.high:+.4f}]"
-        users = f"[{u.low:+.4f}, {u.high:+.4f}] ({u.level:.1%}, {u.n_resamples:,} resamples)"
+        users = (f"[{u.low:+.4f}, {u.high:+.4f}] ({u.level:.1%}, {u.n_resamples:,} resamples"
+                 + (", at the boundary: 0 not excluded)" if u.at_boundary else ")"))
         rows.append([what, f"{s.mean:+.4f}", users, welch, f"{s.n_a}/{s.n_b}",
                      "n/a" if not np.isfinite(s.detectable) else f"{s.detectable:.4f}",
                      f"{c.gap:.4f} ({c.gap_source})", gap_seed_counts_text(c),

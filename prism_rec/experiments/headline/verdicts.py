@@ -9,10 +9,11 @@ difference, Holm's correction and the gap of interest.
   hangs on where one resampling seed happened to put a bound.
 - ``compare``: a − b for one comparison: its seed-level Welch figures (prism_rec/statistics.py) and that interval.
 - ``family``: every comparison of a dataset, Holm-adjusted over the family (the seed-level Welch p-values); the
-  interval over users is taken at level 1 − alpha/m (Bonferroni over the family's m comparisons). Verdict: "a > b"
-  (or "<") when the Holm-adjusted p < alpha and the users' interval excludes 0 on the same side; "equal within
-  ±x" when the Welch interval lies inside ±x and x is no larger than the gap of interest; else "not resolved".
-  ``direction`` reads the order a verdict states.
+  interval over users is taken at level 1 − alpha/m (Bonferroni over the family's m comparisons whose seed spread
+  is known, the family Holm counts). Verdict: "a > b" (or "<") when the Holm-adjusted p < alpha and the users'
+  interval excludes 0 on the same side; otherwise "equal within ±x" when the Welch interval lies inside ±x and x is
+  no larger than the gap of interest; else "not resolved", saying why where the seeds separate the two and the
+  users' interval does not agree. ``direction`` reads the order a verdict states.
 - ``gap_of_interest``: the paper's Table 2 gap of the pair on the dataset's domain; elsewhere (a dataset or a
   backbone outside Table 2) the smallest gap of PRISM to Gated DeltaNet or SASRec over its four domains.
 """
@@ -149,12 +150,16 @@ def compare(first: str, second: str, seeds_a, seeds_b, per_user_a: np.ndarray, p
 
 def decide(comparison: Comparison, adjusted_p: float, alpha: float = seedstats.ALPHA) -> str:
     """The verdict of one comparison given its family-adjusted p (see the module docstring)."""
-    words = seedstats.decide(comparison.seeds, adjusted_p, comparison.gap, alpha, (comparison.first, comparison.second))
-    if math.isfinite(comparison.seeds.p) and adjusted_p < alpha:
-        side = 1 if comparison.seeds.mean > 0 else -1
-        if comparison.users.side != side:
-            where = "at the boundary" if comparison.users.at_boundary else "includes 0"
-            return f"not resolved (seeds separate them; the test users' interval {where})"
+    names = (comparison.first, comparison.second)
+    words = seedstats.decide(comparison.seeds, adjusted_p, comparison.gap, alpha, names)
+    users, side = comparison.users, 1 if comparison.seeds.mean > 0 else -1
+    if math.isfinite(comparison.seeds.p) and adjusted_p < alpha and users.side != side:
+        unordered = seedstats.decide(comparison.seeds, 1.0, comparison.gap, alpha, names)  # the rule's "otherwise"
+        if not seedstats.gap_not_excluded(unordered):
+            return unordered  # equal within ±x
+        where = ("at the boundary" if users.at_boundary else "includes 0" if users.side == 0
+                 else "excludes 0 on the other side")
+        return f"not resolved (seeds separate them; the test users' interval {where})"
     return words
 
 
@@ -170,7 +175,8 @@ def family(pairs: list[tuple[str, str]], data: dict[str, tuple[list[float], np.n
     """Every distinct pair of ``pairs`` on ``dataset`` (``data``: model -> (per-seed test AUC, per-user AUC
     [S, U])), Holm-adjusted over the family, with their verdicts."""
     distinct = list(dict.fromkeys(pairs))
-    level = 1 - alpha / len(distinct)
+    tested = sum(math.isfinite(seedstats.welch(data[a][0], data[b][0]).p) for a, b in distinct)  # Holm's family
+    level = 1 - alpha / max(tested, 1)
     comparisons = [compare(a, b, data[a][0], data[b][0], data[a][1], data[b][1], dataset, level, seed)
                    for a, b in distinct]
     adjusted = seedstats.holm([c.seeds.p for c in comparisons], alpha)

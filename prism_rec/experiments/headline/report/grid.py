@@ -95,6 +95,20 @@ def _aligned(ranks: CaseRanks) -> tuple[np.ndarray, np.ndarray]:
     return ranks.users[order], ranks.auc()[order]
 
 
+def run_user_auc(run: dict, row: dict, users: dict[str, np.ndarray]) -> tuple[np.ndarray, str | None]:
+    """The per-user test AUC [U] of manifest entry ``run`` from its case-ranks line ``row``, in user order, and, where
+    their mean misses the entry's test_auc by more than CASE_RANK_TOLERANCE, a line saying so. The run's test users
+    must be those of the other runs of its dataset (``users``: dataset -> user ids, set by its first run)."""
+    name = f"{run['dataset']}/{run['model']}/s{run['seed']}"
+    where = f"case ranks of {name} (record {run['record_id']})"
+    run_users, auc = _aligned(decode(row["case_ranks"], where))
+    if not np.array_equal(run_users, users.setdefault(run["dataset"], run_users)):
+        raise ValueError(f"{where}: its test users differ from the other runs of {run['dataset']}")
+    if abs(auc.mean() - run["test_auc"]) > CASE_RANK_TOLERANCE:
+        return auc, f"{name} (case ranks {auc.mean():.6f}, manifest {run['test_auc']:.6f})"
+    return auc, None
+
+
 def build_grid(manifest: list[dict], case_rank_rows: list[dict], n_resamples: int = N_RESAMPLES) -> Grid:
     """The report's view of a v2 manifest and its case-ranks lines (see the module docstring)."""
     entries = [e for e in manifest if e.get("protocol") == PROTOCOL]
@@ -122,14 +136,9 @@ def build_grid(manifest: list[dict], case_rank_rows: list[dict], n_resamples: in
                 row = ranks.get(run["record_id"])
                 if row is None:
                     break
-                where = f"case ranks of {dataset}/{model}/s{run['seed']} (record {run['record_id']})"
-                run_users, auc = _aligned(decode(row["case_ranks"], where))
-                reference = users.setdefault(dataset, run_users)
-                if not np.array_equal(run_users, reference):
-                    raise ValueError(f"{where}: its test users differ from the other runs of {dataset}")
-                if abs(auc.mean() - run["test_auc"]) > CASE_RANK_TOLERANCE:
-                    grid.disagreeing.append(f"{dataset}/{model}/s{run['seed']} (case ranks {auc.mean():.6f}, "
-                                            f"manifest {run['test_auc']:.6f})")
+                auc, disagreement = run_user_auc(run, row, users)
+                if disagreement:
+                    grid.disagreeing.append(disagreement)
                 rows.append(auc)
             if runs and len(rows) == len(runs):
                 cell.per_user = np.stack(rows)
