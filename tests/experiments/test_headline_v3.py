@@ -290,6 +290,7 @@ def test_the_v3_pages_state_grids_edges_verdicts_what_moved_and_what_is_incomple
     assert (f"whose chosen rate moved, at d64 (the width v2 trained): {len(moved)} of the {len(valid)} with a choice "
             f"in both protocols ({', '.join(f'{ELECTRONICS}/{m}' for m in moved)}).") in front
     assert f"**From v2: {len(moved)} of {len(valid)} cells moved rate, " in front
+    assert "Where they trained: d64: " in front and " on NVIDIA H200 (CUDA 13.0)" in front
     entries = [e for e, _ in lines]
     cells = v3_tables.cells_of([e for e in entries if e["width"] == "d64"],
                                {r["record_id"]: r for _, r in lines}, V3.grid, 5)
@@ -347,3 +348,17 @@ def test_the_cells_refuse_case_ranks_that_disagree_with_their_runs(monkeypatch):
     moved = {**ranks, entries[1]["record_id"]: {**ranks[entries[1]["record_id"]], "case_ranks": other_users}}
     with pytest.raises(ValueError, match="its test users differ from the other runs of"):
         v3_tables.cells_of(entries, moved, V3.grid, 2)
+
+
+def test_the_page_says_where_the_table_runs_trained():
+    from prism_rec.experiments.headline import v3_tables
+    from prism_rec.tracking.cells import Cell
+
+    gpu, cpu = "NVIDIA H200 (CUDA 13.0)", "x86_64 CPU, 2 cores"
+    cells = {("ml-100k", "prism"): Cell("ml-100k", "prism", [{"machine": gpu}] * 5, 5),
+             ("ml-100k", "prism-L1"): Cell("ml-100k", "prism-L1", [{"machine": gpu}] * 3 + [{"machine": cpu}] * 2, 5),
+             ("ml-100k", "pop"): Cell("ml-100k", "pop", [{}], 1)}
+    assert v3_tables.machines_text(cells) == (
+        f"8 on {gpu}, 2 on {cpu}, 1 on machine not recorded; seeds on a CPU (fp32) beside seeds on a GPU "
+        "(bf16 autocast) in 1 cell: ml-100k/prism-L1")
+    assert v3_tables.machines_text({k: v for k, v in cells.items() if k[1] == "prism"}) == f"5 on {gpu}"

@@ -279,6 +279,7 @@ def readme(results: Results, folder: str, rank_rows: int) -> str:
         "case_ranks": f"{folder}/{V3.case_ranks_name}", "v2_case_ranks": f"{folder}/{CASE_RANKS_NAME}",
         "rank_rows": rank_rows,
         "table_runs": ", ".join(f"{n} at {w}" for w, n in results.table_runs.items()),
+        "machines": "; ".join(f"{w}: {text}" for w, text in results.machines.items()),
         "start": ", ".join(f"{r:g}" for r in V3.grid.start), "ladder": ", ".join(f"{r:g}" for r in V3.grid.ladder),
         "seeds": f"{V3.seeds[0]}-{V3.seeds[-1]}", "v2_grid": ", ".join(f"{r:g}" for r in V2.grid),
         "v2_seeds": f"{V2.seeds[0]}-{V2.seeds[-1]}", "alpha": ALPHA, "power": f"{POWER:.0%}",

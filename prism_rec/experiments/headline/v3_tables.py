@@ -59,6 +59,19 @@ def cells_of(entries: list[dict], ranks: dict[str, dict], grid, seeds: int) -> d
     return cells
 
 
+def machines_text(cells: dict[tuple[str, str], Cell]) -> str:
+    """Where the runs of ``cells`` trained: runs per machine, and the cells whose seeds ran on a CPU (always fp32)
+    beside seeds on a GPU (bf16 autocast, the training default there)."""
+    counts = collections.Counter(run.get("machine") or "machine not recorded" for c in cells.values() for run in c.runs)
+    text = ", ".join(f"{n} on {machine}" for machine, n in counts.most_common())
+    mixed = [f"{c.dataset}/{c.model}" for c in cells.values()
+             if len({"CPU" in (run.get("machine") or "") for run in c.runs}) == 2]
+    if mixed:
+        text += (f"; seeds on a CPU (fp32) beside seeds on a GPU (bf16 autocast) in {len(mixed)} cell"
+                 f"{'s' if len(mixed) > 1 else ''}: {', '.join(sorted(mixed))}")
+    return text
+
+
 def tuning_table(entries: list[dict], v2_choices: dict, width: str) -> tuple[list[str], dict]:
     """Per (dataset, base backbone): the rates tried on seed 0 with their best validation AUC, the choice, an
     edge flag, and v2's choice; returns the lines and counts: the cells whose rate moved from v2 ("moved"), those
@@ -237,6 +250,7 @@ class Results:
     entries: list[dict]  # the lines of either protocol
     v2_entries: list[dict]  # the reused v2 lines at the base width
     table_runs: dict[str, int]  # width -> runs in its tables (every seed at the chosen rate; pop once)
+    machines: dict[str, str]  # width -> where its table runs trained (machines_text)
     tuning: dict[str, tuple[list[str], dict]]  # width -> tuning_table's lines and counts
     datasets: list[DatasetResults]
 
@@ -257,11 +271,12 @@ def analyse(manifest: list[dict], case_rank_rows: list[dict], metrics: tuple[str
     v2_choices = tuning.chosen_rates(v2_entries, V2.grid)
     models = model_order(entries)
     extra = sorted({e["dataset"] for e in entries} - set(DATASETS))
-    table_runs, tuned, results = {}, {}, []
+    table_runs, machines, tuned, results = {}, {}, {}, []
     for width, preset in V3.widths.items():
         mine = [e for e in entries if width_of(e) == width]
         cells = cells_of(mine, ranks, V3.grid, len(V3.seeds))
         table_runs[width] = sum(len(c.runs) for c in cells.values())
+        machines[width] = machines_text(cells)
         tuned[width] = tuning_table(mine, v2_choices, width)
         base = width == WIDTH
         for dataset in [*(preset.datasets or DATASETS), *(d for d in extra if any(e["dataset"] == d for e in mine))]:
@@ -274,7 +289,7 @@ def analyse(manifest: list[dict], case_rank_rows: list[dict], metrics: tuple[str
                 comparisons, best, incomplete, not_run(mine, incomplete, dataset, width),
                 v2_differences(v2_cells, dataset) if base else {},
                 ranks_moved(cells, v2_cells, dataset) if base else (0, 0)))
-    return Results(entries, v2_entries, table_runs, tuned, results)
+    return Results(entries, v2_entries, table_runs, machines, tuned, results)
 
 
 def markdown(results: Results, source: str = f"results/{V3.manifest_name}") -> str:
