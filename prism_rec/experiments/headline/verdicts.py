@@ -138,14 +138,14 @@ class Comparison:
         return seedstats.seeds_to_bound(self.seeds.std, self.gap)
 
 
-def compare(first: str, second: str, seeds_a, seeds_b, per_user_a: np.ndarray, per_user_b: np.ndarray,
-            dataset: str, level: float, seed: int = 0, gap: tuple[float, str] | None = None) -> Comparison:
-    """``first`` − ``second``: per-seed test AUCs ``seeds_a``/``seeds_b`` and per-user AUC [S, U] matrices;
-    ``gap`` (size, source) replaces the paper's gap of interest (:func:`gap_of_interest`) where given."""
+def compare(first: str, second: str, seeds: seedstats.SeedComparison, per_user_a: np.ndarray,
+            per_user_b: np.ndarray, dataset: str, level: float, seed: int = 0,
+            gap: tuple[float, str] | None = None) -> Comparison:
+    """``first`` − ``second``: the Welch figures of their per-seed test AUCs (``seeds``) and per-user AUC [S, U]
+    matrices; ``gap`` (size, source) replaces the paper's gap of interest (:func:`gap_of_interest`) where given."""
     differences = np.atleast_2d(per_user_a).mean(axis=0) - np.atleast_2d(per_user_b).mean(axis=0)
     gap, source = gap_of_interest(dataset, first, second) if gap is None else gap
-    return Comparison(first, second, seedstats.welch(seeds_a, seeds_b), stable_interval(differences, level, seed),
-                      gap, source)
+    return Comparison(first, second, seeds, stable_interval(differences, level, seed), gap, source)
 
 
 def decide(comparison: Comparison, adjusted_p: float, alpha: float = seedstats.ALPHA) -> str:
@@ -175,9 +175,9 @@ def family(pairs: list[tuple[str, str]], data: dict[str, tuple[list[float], np.n
     """Every distinct pair of ``pairs`` on ``dataset`` (``data``: model -> (per-seed test AUC, per-user AUC
     [S, U])), Holm-adjusted over the family, with their verdicts."""
     distinct = list(dict.fromkeys(pairs))
-    tested = sum(math.isfinite(seedstats.welch(data[a][0], data[b][0]).p) for a, b in distinct)  # Holm's family
-    level = 1 - alpha / max(tested, 1)
-    comparisons = [compare(a, b, data[a][0], data[b][0], data[a][1], data[b][1], dataset, level, seed)
-                   for a, b in distinct]
+    seeds = [seedstats.welch(data[a][0], data[b][0]) for a, b in distinct]
+    level = 1 - alpha / max(sum(math.isfinite(s.p) for s in seeds), 1)  # the comparisons Holm's family counts
+    comparisons = [compare(a, b, welch, data[a][1], data[b][1], dataset, level, seed)
+                   for (a, b), welch in zip(distinct, seeds)]
     adjusted = seedstats.holm([c.seeds.p for c in comparisons], alpha)
     return [dataclasses.replace(c, adjusted_p=p, verdict=decide(c, p, alpha)) for c, p in zip(comparisons, adjusted)]
