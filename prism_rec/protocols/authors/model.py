@@ -42,17 +42,18 @@ import torch
 from torch import nn
 
 from ...errors import OptionError
+from ...experiments import tuning
 from ...kernels.delta_scan import BACKENDS as SCAN_BACKENDS
 from ...kernels.delta_scan import TRITON_BACKENDS, auto_backend
 from ...registry import SCAN_OPTION, build_backbone, list_backbones, runs_scan
 
 CHANNEL = 64          # --channel_embedding_dim in rec/README.md's commands
 TIME_DIM = 100        # --time_feat_dim default, load_configs.py:36
-# 768-wide heads: SASRec.py:59-60, prism.py:100-101, and the ablation files prism_ablate_{l1, no_nonlinear,
+# The backbones with 768-wide heads, and with them their presets (tuning.tuning_base: the prism-* ablations and
+# variants): SASRec.py:59-60, prism.py:100-101, and the ablation files prism_ablate_{l1, no_nonlinear,
 # no_shortconv, no_gain}.py:102-103 (prism-L1, prism-nogelu, prism-noconv, prism-nogain); prism-L0 and
 # prism-eq18, settings of the same PRISM model with no file of their own, take prism.py's width too.
-WIDE_HEAD_MODELS = ("sasrec", "prism", "prism-authors", "prism-L0", "prism-L1", "prism-eq18", "prism-noconv",
-                    "prism-nogain", "prism-nogelu")
+WIDE_HEAD_MODELS = ("sasrec", "prism", "prism-authors")
 NULL = "null"
 POP = "pop"
 
@@ -71,7 +72,7 @@ def check_model(name: str, option: str = "--model") -> str:
 def head_width(model: str, head: str, feature_dim: int, channel: int = CHANNEL, option: str = "--head-width") -> int:
     """The source and destination width: the authors' per-backbone choice, or the integer ``head``."""
     if head == "per-backbone":
-        return feature_dim if model in WIDE_HEAD_MODELS else channel
+        return feature_dim if tuning.tuning_base(model) in WIDE_HEAD_MODELS else channel
     try:
         width = int(head)
     except ValueError:
