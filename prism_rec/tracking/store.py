@@ -333,6 +333,11 @@ def machine_description(device: torch.device) -> str:
     return f"{platform.machine()} CPU, {os.cpu_count()} cores"
 
 
+def is_cpu_machine(description: str) -> bool:
+    """Whether a record's ``machine_description`` names a CPU."""
+    return " CPU, " in description
+
+
 def triton_version() -> str:
     try:
         import triton

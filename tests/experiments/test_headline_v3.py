@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 from scipy import optimize, stats
 
 from prism_rec import registry
@@ -353,8 +354,9 @@ def test_the_cells_refuse_case_ranks_that_disagree_with_their_runs(monkeypatch):
 def test_the_page_says_where_the_table_runs_trained():
     from prism_rec.experiments.headline import v3_tables
     from prism_rec.tracking.cells import Cell
+    from prism_rec.tracking.store import machine_description
 
-    gpu, cpu = "NVIDIA H200 (CUDA 13.0)", "x86_64 CPU, 2 cores"
+    gpu, cpu = "NVIDIA H200 (CUDA 13.0)", machine_description(torch.device("cpu"))  # as a record writes them
     cells = {("ml-100k", "prism"): Cell("ml-100k", "prism", [{"machine": gpu}] * 5, 5),
              ("ml-100k", "prism-L1"): Cell("ml-100k", "prism-L1", [{"machine": gpu}] * 3 + [{"machine": cpu}] * 2, 5),
              ("ml-100k", "pop"): Cell("ml-100k", "pop", [{}], 1)}

@@ -22,6 +22,7 @@ from ...markdown import pipe_table
 from ...statistics import ALPHA, MAX_SEEDS, POWER
 from ...tracking.bootstrap import PairedDifference, bootstrap_mean_ci, paired_difference
 from ...tracking.cells import Cell, seeds_text
+from ...tracking.store import is_cpu_machine
 from .. import tuning
 from .protocol import DATASETS, PROTOCOL, V2, WIDTH, width_of
 from .report.grid import FLOOR, model_order, run_user_auc
@@ -65,7 +66,7 @@ def machines_text(cells: dict[tuple[str, str], Cell]) -> str:
     counts = collections.Counter(run.get("machine") or "machine not recorded" for c in cells.values() for run in c.runs)
     text = ", ".join(f"{n} on {machine}" for machine, n in counts.most_common())
     mixed = [f"{c.dataset}/{c.model}" for c in cells.values()
-             if len({"CPU" in (run.get("machine") or "") for run in c.runs}) == 2]
+             if len({is_cpu_machine(run.get("machine") or "") for run in c.runs}) == 2]
     if mixed:
         text += (f"; seeds on a CPU (fp32) beside seeds on a GPU (bf16 autocast) in {len(mixed)} cell"
                  f"{'s' if len(mixed) > 1 else ''}: {', '.join(sorted(mixed))}")
