@@ -299,8 +299,8 @@ def compare_sides(seeds_ours, seeds_theirs, per_user_ours: np.ndarray, per_user_
                   margin: float) -> verdicts.Comparison:
     """Ours minus RecBole's (module docstring): per-seed test AUCs and per-user test AUC [S, U] of each side,
     ``margin`` the gap of interest; a family of one comparison, so its p needs no adjustment."""
-    comparison = verdicts.compare(OURS, THEIRS, seeds_ours, seeds_theirs, per_user_ours, per_user_theirs, "",
-                                  LEVEL, gap=(margin, "--margin"))
+    comparison = verdicts.compare(OURS, THEIRS, verdicts.seedstats.welch(seeds_ours, seeds_theirs), per_user_ours,
+                                  per_user_theirs, "", LEVEL, gap=(margin, "--margin"))
     return replace(comparison, adjusted_p=comparison.seeds.p, verdict=verdicts.decide(comparison, comparison.seeds.p))
 
 
