@@ -443,13 +443,14 @@ def _extra_value_grads_kernel(q_ptr, ek_ptr, ev_ptr, G_ptr, d_states_ptr, do_ptr
 
 @triton.jit
 def _wy_backward_kernel(k_ptr, v_ptr, beta_ptr, ek_ptr, ev_ptr, G_ptr, inverse_ptr, dw_ptr, dv_new_ptr, dG_ptr,
-                        dk_ptr, dek_ptr, dev_ptr, dv_ptr, dbeta_ptr, dg_ptr,
+                        dk_ptr, dek_ptr, dev_ptr, dk_out_ptr, dek_out_ptr, dev_out_ptr, dv_ptr, dbeta_ptr, dg_ptr,
                         T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, NT, NK,
                         HAS_BETA: tl.constexpr, HAS_EXTRA: tl.constexpr, DT: tl.constexpr, PRECISION: tl.constexpr,
                         BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    """Per chunk, with beta: back through w = T X, u = T Y and T = (I + A)^{-1} (adding to dk, d(extra_k),
-    d(extra_v) in place; writing dv and dbeta); always: dg, the reverse cumulative sum inside the chunk of dG
-    (the NK key blocks' shares of `_key_grads_kernel` and this kernel's)."""
+    """Per chunk, with beta: back through w = T X, u = T Y and T = (I + A)^{-1} (adding to the fp32 parts of dk,
+    d(extra_k), d(extra_v) that the earlier kernels wrote and storing the sums in the *_out tensors, in their
+    inputs' dtypes; writing dv and dbeta); always: dg, the reverse cumulative sum inside the chunk of dG (the NK
+    key blocks' shares of `_key_grads_kernel` and this kernel's)."""
     chunk = tl.cast(tl.program_id(0), tl.int64)
     bh = tl.cast(tl.program_id(1), tl.int64)
     t0, row0, t, row, G, _, _ = _chunk_G(G_ptr, bh, chunk, T, H, BT)
@@ -502,7 +503,7 @@ def _wy_backward_kernel(k_ptr, v_ptr, beta_ptr, ek_ptr, ev_ptr, G_ptr, inverse_p
                     du_ev += _mm(du, tl.trans(ev), DT, PRECISION)
                     dy = tl.dot(inverse_t, du, input_precision=PRECISION)
                     dev = _rows(dev_ptr, row0 * L + l, H * L, t0, T, V, vb * BV, BT, BV) - _mm(bx_t, dy, DT, PRECISION)
-                    _store_rows(dev_ptr, row0 * L + l, H * L, t0, T, V, vb * BV, dev, BT, BV)
+                    _store_rows(dev_out_ptr, row0 * L + l, H * L, t0, T, V, vb * BV, dev, BT, BV)
                 d_inverse -= tl.dot(du_ev, bx_t, input_precision=PRECISION)
                 d_bx = -tl.where(strict, tl.dot(inverse_t, du_ev, input_precision=PRECISION), 0.0)
                 dbeta += tl.sum(d_bx * decay_strict * kek, 1)
@@ -515,7 +516,7 @@ def _wy_backward_kernel(k_ptr, v_ptr, beta_ptr, ek_ptr, ev_ptr, G_ptr, inverse_p
                     dG += tl.sum(dk_extra * k.to(tl.float32), 1) - tl.sum(dek_extra * ek.to(tl.float32), 1)
                     dk_extra += _rows(dk_ptr, row0, H, t0, T, K, kb * BK, BT, BK)
                     _store_rows(dk_ptr, row0, H, t0, T, K, kb * BK, dk_extra, BT, BK)
-                    _store_rows(dek_ptr, row0 * L + l, H * L, t0, T, K, kb * BK,
+                    _store_rows(dek_out_ptr, row0 * L + l, H * L, t0, T, K, kb * BK,
                                 _rows(dek_ptr, row0 * L + l, H * L, t0, T, K, kb * BK, BT, BK) + dek_extra, BT, BK)
         # T = (I + A)^{-1}: dA = -T^T dT T^T on the strictly lower part, A = beta D (k k^T)
         dA = -tl.where(strict, tl.dot(tl.dot(inverse_t, d_inverse, input_precision=PRECISION), inverse_t,
@@ -528,7 +529,7 @@ def _wy_backward_kernel(k_ptr, v_ptr, beta_ptr, ek_ptr, ev_ptr, G_ptr, inverse_p
             dk_right = _mm(tl.trans(d_kk), k, DT, PRECISION)
             dG += tl.sum((dk_left - dk_right) * k.to(tl.float32), 1)
             dk_total = _rows(dk_ptr, row0, H, t0, T, K, kb * BK, BT, BK) + dk_left + dk_right
-            _store_rows(dk_ptr, row0, H, t0, T, K, kb * BK, dk_total, BT, BK)
+            _store_rows(dk_out_ptr, row0, H, t0, T, K, kb * BK, dk_total, BT, BK)
         tl.store(dbeta_ptr + row, dbeta, mask=t < T)
     # G_t = g_1 + ... + g_t inside the chunk: dg_s = sum_{t >= s} dG_t
     tl.store(dg_ptr + row, tl.sum(dG, 0) - tl.cumsum(dG, 0) + dG, mask=t < T)
@@ -565,6 +566,15 @@ def _parallel_launch(k):
 def _pointer_or(x, placeholder):
     """x, or any tensor where a kernel takes a pointer it does not read (its flag is off)."""
     return placeholder if x is None else x
+
+
+def _gradient(shape, dtype, device, staged):
+    """(part, result) of an input's gradient: `result` in the input's dtype, written once by the last kernel
+    that adds to it; `part` the fp32 sum the earlier kernels write, when `staged` (else the same tensor)."""
+    result = torch.empty(*shape, device=device, dtype=dtype)
+    if not staged or dtype == torch.float32:
+        return result, result
+    return torch.empty(*shape, device=device, dtype=torch.float32), result
 
 
 class _ChunkSplitScan(torch.autograd.Function):
@@ -631,12 +641,14 @@ class _ChunkSplitScan(torch.autograd.Function):
             q, k, w, G, d_o, _pointer_or(d_final_state, d_initial).contiguous(), dv_new, d_states, d_initial, scale,
             T, H, K, V, NT, HAS_BETA=beta is not None, HAS_DFINAL=d_final_state is not None, **flags, BK=BK, BV=VS,
             num_warps=SEQUENTIAL_WARPS, num_stages=SEQUENTIAL_STAGES)
-        dq = torch.empty(B, T, H, K, **fp32)
-        dk = torch.empty(B, T, H, K, **fp32)
+        # with beta, _wy_backward_kernel adds the last parts of dk, d(extra_k) and d(extra_v)
+        staged = beta is not None
+        dq, _ = _gradient((B, T, H, K), dtypes[0], q.device, staged=False)
+        dk, dk_out = _gradient((B, T, H, K), dtypes[1], q.device, staged)
         dw = torch.empty(B, T, H, K, **fp32) if beta is not None else dk
         dG = torch.empty(NK, B, T, H, **fp32)  # each key block's share
-        dek = torch.empty_like(extra_k, dtype=torch.float32) if extra_k is not None else dk
-        dev = torch.empty_like(extra_v, dtype=torch.float32) if extra_v is not None else dv_new
+        dek, dek_out = (dk, dk) if extra_k is None else _gradient(extra_k.shape, dtypes[5], q.device, staged)
+        dev, dev_out = (dv_new, dv_new) if extra_v is None else _gradient(extra_v.shape, dtypes[6], q.device, staged)
         _key_grads_kernel[(NK, NT, B * H)](
             q, k, _pointer_or(extra_k, k), _pointer_or(extra_v, v), G, states, d_states, v_new, dv_new, d_o,
             dq, dk, dw, dG, dek, scale, T, H, K, V, L, NT, **parallel, **parallel_launch)
@@ -644,14 +656,15 @@ class _ChunkSplitScan(torch.autograd.Function):
             _extra_value_grads_kernel[(triton.cdiv(V, VB), NT, B * H)](
                 q, extra_k, extra_v, G, d_states, d_o, dev, scale, T, H, K, V, L, NT, **flags, BK=KB, BV=VB,
                 **parallel_launch)
-        dv = torch.empty(B, T, H, V, **fp32) if beta is not None else dv_new
+        dv = torch.empty(B, T, H, V, device=q.device, dtype=dtypes[2]) if beta is not None else dv_new
         dbeta = torch.empty(B, T, H, **fp32) if beta is not None else None
         dg = torch.empty(B, T, H, **fp32)
         _wy_backward_kernel[(NT, B * H)](
             k, v, _pointer_or(beta, G), _pointer_or(extra_k, k), _pointer_or(extra_v, v), G, inverses, dw, dv_new,
-            dG, dk, dek, dev, dv, _pointer_or(dbeta, dg), dg, T, H, K, V, L, NT, NK, **parallel,
-            **parallel_launch)
-        grads = (dq, dk, dv, dg, dbeta, dek if extra_k is not None else None, dev if extra_v is not None else None)
+            dG, dk, dek, dev, dk_out, dek_out, dev_out, dv, _pointer_or(dbeta, dg), dg, T, H, K, V, L, NT, NK,
+            **parallel, **parallel_launch)
+        grads = (dq, dk_out, dv, dg, dbeta, dek_out if extra_k is not None else None,
+                 dev_out if extra_v is not None else None)
         return (*(None if d is None else d.to(dtype) for d, dtype in zip(grads, dtypes)),
                 d_initial if has_initial else None, None, None)
 

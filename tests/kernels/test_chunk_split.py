@@ -50,14 +50,18 @@ def test_chunk_split_blocks_agree_with_naive(monkeypatch):
 
 def test_chunk_split_bf16_inputs_close_to_fp32_reference():
     """bf16 q, k, v and extra writes (fp32 g, beta, initial state): products in bf16 with fp32 accumulation,
-    outputs and gradients within bf16 rounding of the fp32 reference."""
+    outputs and gradients within bf16 rounding of the fp32 reference, each gradient in its input's dtype (the
+    kernels store the bf16 ones themselves)."""
     inputs = make_inputs(B=1, T=40, H=1, K=16, V=16, L=1, with_beta=True, with_initial_state=True, seed=11,
                          device=DEVICE)
     reference = run_with_grads(inputs, "naive")
     low_precision = ("q", "k", "v", "extra_k", "extra_v")
     bf16 = {n: None if x is None else (x.detach().to(torch.bfloat16) if n in low_precision else x.detach())
             .requires_grad_() for n, x in inputs.items()}
-    assert_close_to(run_with_grads(bf16, "chunk_split"), reference, rtol=2e-2)
+    result = run_with_grads(bf16, "chunk_split")
+    assert {n: result["d_" + n].dtype for n in bf16 if bf16[n] is not None} == {
+        n: x.dtype for n, x in bf16.items() if x is not None}
+    assert_close_to(result, reference, rtol=2e-2)
 
 
 @pytest.mark.parametrize("option, value, message", [("chunk", 48, "chunk must be one of"),
