@@ -31,7 +31,8 @@ passes read E.
 
 Kept between kernels in the inputs' dtype (as fla keeps them): w and h; in fp32: G, T, u and v_new (in
 bf16 they raised the error of o with bf16 inputs most; results/kernels.md, chunk_split section), E, the
-final state and every gradient buffer. Products take their operands in the inputs' dtype with fp32
+final state and every gradient part that a later kernel adds to; the kernel that completes an input's gradient
+stores it in that input's dtype. Products take their operands in the inputs' dtype with fp32
 accumulation (bf16 tensor cores for bf16 inputs, full fp32 for fp32 inputs); the products with T
 (w, u and their gradients) take fp32 operands (tf32 for bf16 inputs), off the sequential passes.
 """
