@@ -644,7 +644,7 @@ class _ChunkSplitScan(torch.autograd.Function):
             num_warps=SEQUENTIAL_WARPS, num_stages=SEQUENTIAL_STAGES)
         # with beta, _wy_backward_kernel adds the last parts of dk, d(extra_k) and d(extra_v)
         staged = beta is not None
-        dq, _ = _gradient((B, T, H, K), dtypes[0], q.device, staged=False)
+        dq = torch.empty(B, T, H, K, device=q.device, dtype=dtypes[0])
         dk, dk_out = _gradient((B, T, H, K), dtypes[1], q.device, staged)
         dw = torch.empty(B, T, H, K, **fp32) if beta is not None else dk
         dG = torch.empty(NK, B, T, H, **fp32)  # each key block's share

@@ -59,7 +59,7 @@ def test_chunk_split_bf16_inputs_close_to_fp32_reference():
     bf16 = {n: None if x is None else (x.detach().to(torch.bfloat16) if n in low_precision else x.detach())
             .requires_grad_() for n, x in inputs.items()}
     result = run_with_grads(bf16, "chunk_split")
-    assert {n: result["d_" + n].dtype for n in bf16 if bf16[n] is not None} == {
+    assert {n: result["d_" + n].dtype for n, x in bf16.items() if x is not None} == {
         n: x.dtype for n, x in bf16.items() if x is not None}
     assert_close_to(result, reference, rtol=2e-2)
 
