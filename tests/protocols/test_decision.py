@@ -178,3 +178,23 @@ def test_the_rate_grids_flag_a_run_that_tied_every_candidate(tmp_path):
     sasrec = next(line for line in grid.splitlines() if line.startswith("| sasrec |"))
     assert "0.01: 0.8000 (all tied in 50% of test cases)" in sasrec
     assert grid.count("all tied in") == 1 and '"All tied": the run scored every candidate item alike' in grid
+
+
+def test_the_seed_tables_count_the_collapsed_seeds(tmp_path):
+    """A seed that tied every candidate in 3 of its 6 test cases is counted in its model's seeds cell, and
+    the table says why its Hit@200 is inflated; the other models' cells are the bare seed counts."""
+    folder, next_item = manifests(tmp_path, ORDERED, KEPT_EQUAL, FLAT_NEXT)
+    for row in read_jsonl(folder / "manifest.jsonl"):
+        if row["config"]["model"] == "sasrec" and row["config"]["seed"] == 2:
+            path = folder / "cases" / f"{row['key']}.json"
+            cases = json.loads(path.read_text())
+            cases["above"][:3], cases["ties"][:3] = [0] * 3, [N_ITEMS - 1] * 3
+            path.write_text(json.dumps(cases))
+    text = write_report([folder], tmp_path / "report.md", "test", (next_item,)).read_text()
+    table = text[text.index("### ml-100k, head width per-backbone"):]
+    table = table[:table.index("| difference |")]
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[3] for line in table.splitlines() if line.startswith("| ")
+            and not line.startswith(("| model", "|---"))}
+    assert rows["sasrec"] == "5 (1 collapsed)"
+    assert all(cell == "5" for model, cell in rows.items() if model not in ("sasrec", "pop"))
+    assert '"Collapsed": seeds that scored every candidate item alike in at least 1% of their test cases' in table

@@ -50,7 +50,7 @@ PAPER_MODEL = {"sasrec": "SASRec", "hstu": "HSTU", "mamba2": "Mamba-2", "mamba2-
                "ttt-mlp": "TTT", "titans": "Titans", "prism": "PRISM", "prism-authors": "PRISM"}
 REFERENCES = ("null", "sasrec")
 ORDERING_PAIRS = (("prism-authors", "gdn-authors"), ("prism", "gated_deltanet"))
-TIED_FLAG = 0.01  # rate_grid_table flags a run that tied every candidate in this share of its cases or more
+TIED_FLAG = 0.01  # rate_grid_table and group_table flag a run that tied every candidate in this share of its cases
 
 
 def load_runs(folders: list[Path]) -> list[dict]:
@@ -97,7 +97,9 @@ def group_table(runs: list[dict], dataset: str, rates: dict[str, str]) -> tuple[
         group = by_model[model]
         low, high = bootstrap_mean_ci(matrices[model], cases=counts)
         paper = PAPER_TABLE_2.get(PAPER_MODEL.get(model, ""))
-        rows.append([model, str(group[0]["width"] or "—"), rates[model], str(len(group)),
+        collapsed = sum(tied_share(run) >= TIED_FLAG for run in group)
+        rows.append([model, str(group[0]["width"] or "—"), rates[model],
+                     f"{len(group)}" + (f" ({collapsed} collapsed)" if collapsed else ""),
                      _spread([r["test_auc"] for r in group]), _spread([r["test_full_auc"] for r in group]),
                      f"[{low:.4f}, {high:.4f}]", _spread([r["test_hit@200"] for r in group]),
                      _spread([r["test_link_average_precision"] for r in group]),
@@ -107,6 +109,10 @@ def group_table(runs: list[dict], dataset: str, rates: dict[str, str]) -> tuple[
     table = pipe_table(["model", "head width", "rate", "seeds", "AUC (theirs)", "full-ranking AUC", "95% interval",
                         "Hit@200 (theirs)", "link AP", "link ROC-AUC", "best epochs",
                         f"paper {domain or '(no domain)'}"], rows, "lrlrrrrrrrlr")
+    if any("collapsed)" in row[3] for row in rows):
+        table += (f"\n\n\"Collapsed\": seeds that scored every candidate item alike in at least {TIED_FLAG:.0%} of "
+                  "their test cases. Their AUC is 0.5 there. The authors' Hit@K ranks ties below the target, so it "
+                  "counts each such case a hit and the row's Hit@200 mean is inflated by them.")
     pairs = [(model, reference) for reference in REFERENCES for model in order
              if model != reference and reference in matrices]
     pairs += [pair for pair in ORDERING_PAIRS if set(pair) <= set(matrices)]
