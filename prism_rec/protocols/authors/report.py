@@ -195,6 +195,20 @@ def tied_share(run: dict) -> float:
     return float(np.mean(ties == run["n_items"] - 1)) if len(ties) else 0.0
 
 
+def collapse_note(cells: dict, dataset: str) -> str:
+    """A sentence naming the (model, head width) cells of ``dataset`` whose seeds at the chosen rate include
+    collapsed ones (tied_share >= TIED_FLAG), and how many; "" when none do."""
+    counts = []
+    for (d, model, head), (_, _, members) in sorted(cells.items()):
+        collapsed = sum(tied_share(run) >= TIED_FLAG for run in members)
+        if d == dataset and collapsed:
+            counts.append(f"{model} (head width {head}) {collapsed} of {len(members)}")
+    if not counts:
+        return ""
+    return (f" Seeds that collapsed to constant scores at their chosen rate: {'; '.join(counts)}. A difference "
+            "against such an arm measures training that failed at that rate, not the architecture.")
+
+
 def rate_grid_table(design: Design, runs: list[dict], dataset: str) -> str:
     """Seed 0's validation full-ranking AUC per rate tried, and the choice, of every model on ``dataset``; a
     rate whose seed-0 run tied every candidate in at least TIED_FLAG of its test cases says so."""
@@ -288,7 +302,8 @@ def write_report(folders: list[Path], path: Path = REPORT, command: str = "",
                                  "p", "PRISM - SASRec", "ordering appears"],
                                 decision.cell_rows(values, design.retrains), "lllrrrrrl")
         sections.append(f"### {dataset}: both protocols\n\n{joined}\n\n{cell_table}")
-        statements.append(f"**{dataset}.** {decision.explain(values, len(design.seeds), design.retrains)}")
+        statements.append(f"**{dataset}.** {decision.explain(values, len(design.seeds), design.retrains)}"
+                          f"{collapse_note(cells, dataset)}")
     paper = pipe_table(["model", *PAPER_DOMAINS], [[name, *(f"{v:.4f}" for v in values)]
                                                    for name, values in PAPER_TABLE_2.items()], "lrrrr")
     text = fill(TEMPLATES_DIR / "authors_protocol.md", command=command or "prism-rec authors table",
