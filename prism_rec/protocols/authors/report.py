@@ -91,13 +91,14 @@ def group_table(runs: list[dict], dataset: str, rates: dict[str, str]) -> tuple[
         by_model.setdefault(run["config"]["model"], []).append(run)
     matrices = {model: np.stack([per_user(run, users) for run in group]) for model, group in by_model.items()}
     domain = DATASET_DOMAIN.get(dataset)
-    rows = []
+    rows, any_collapsed = [], False
     order = sorted(by_model, key=lambda model: -float(np.mean([r["test_full_auc"] for r in by_model[model]])))
     for model in order:
         group = by_model[model]
         low, high = bootstrap_mean_ci(matrices[model], cases=counts)
         paper = PAPER_TABLE_2.get(PAPER_MODEL.get(model, ""))
-        collapsed = sum(tied_share(run) >= TIED_FLAG for run in group)
+        collapsed = collapsed_seeds(group)
+        any_collapsed |= collapsed > 0
         rows.append([model, str(group[0]["width"] or "—"), rates[model],
                      f"{len(group)}" + (f" ({collapsed} collapsed)" if collapsed else ""),
                      _spread([r["test_auc"] for r in group]), _spread([r["test_full_auc"] for r in group]),
@@ -109,7 +110,7 @@ def group_table(runs: list[dict], dataset: str, rates: dict[str, str]) -> tuple[
     table = pipe_table(["model", "head width", "rate", "seeds", "AUC (theirs)", "full-ranking AUC", "95% interval",
                         "Hit@200 (theirs)", "link AP", "link ROC-AUC", "best epochs",
                         f"paper {domain or '(no domain)'}"], rows, "lrlrrrrrrrlr")
-    if any("collapsed)" in row[3] for row in rows):
+    if any_collapsed:
         table += (f"\n\n\"Collapsed\": seeds that scored every candidate item alike in at least {TIED_FLAG:.0%} of "
                   "their test cases. Their AUC is 0.5 there. The authors' Hit@K ranks ties below the target, so it "
                   "counts each such case a hit and the row's Hit@200 mean is inflated by them.")
@@ -195,13 +196,18 @@ def tied_share(run: dict) -> float:
     return float(np.mean(ties == run["n_items"] - 1)) if len(ties) else 0.0
 
 
+def collapsed_seeds(runs: list[dict]) -> int:
+    """How many of ``runs`` tied every candidate in at least TIED_FLAG of their test cases (tied_share)."""
+    return sum(tied_share(run) >= TIED_FLAG for run in runs)
+
+
 def collapse_note(cells: dict, dataset: str) -> str:
     """A sentence naming the (model, head width) cells of ``dataset`` whose seeds at the chosen rate include
-    collapsed ones (tied_share >= TIED_FLAG), and how many; "" when none do."""
+    collapsed ones (collapsed_seeds), and how many; "" when none do."""
     counts = []
     for (d, model, head), (_, _, members) in sorted(cells.items()):
-        collapsed = sum(tied_share(run) >= TIED_FLAG for run in members)
-        if d == dataset and collapsed:
+        collapsed = collapsed_seeds(members) if d == dataset else 0
+        if collapsed:
             counts.append(f"{model} (head width {head}) {collapsed} of {len(members)}")
     if not counts:
         return ""
