@@ -2,8 +2,8 @@
 
     python benchmarks/grid_epochs.py                      # results/headline_v3_manifest.jsonl -> results/step_grid.md
 
-Each manifest line is one grid run on the H200, one of ``jobs_per_device`` sharing it through CUDA MPS. Per (dataset,
-width, backbone, compile mode) it reports the runs, their median concurrency, the median wall seconds per epoch
+Each manifest line is one grid run, on a GPU one of ``jobs_per_device`` sharing it through CUDA MPS. Per (machine,
+dataset, width, backbone, compile mode) it reports the runs, their median concurrency, the median wall seconds per epoch
 (the run's wall time over its epochs: validation after every epoch, compilation and the test included) and the
 median GPU share per epoch (those seconds over the concurrency: the GPU time an epoch takes when the runs split
 the GPU evenly). The modes of one cell ran in different device calls beside different runs, so the comparison is
@@ -27,22 +27,25 @@ from prism_rec.training.compile import WHOLE_STEP_MODES
 
 COMMAND = "python benchmarks/grid_epochs.py"
 REQUIRED = ("dataset", "model")  # besides wall_seconds and epochs_run, which a diverged run lacks
+UNRECORDED = "machine not recorded"
 DEFAULT_MANIFEST = Path("results/headline_v3_manifest.jsonl")
 DEFAULT_OUT = Path("results/step_grid.md")
 
 
-def epoch_costs(entries: list[dict]) -> dict[tuple[str, str, str], dict[str, dict]]:
-    """(dataset, width, backbone) -> compile mode -> runs, concurrency, seconds per epoch and GPU share per epoch
-    (medians over the runs that trained: a diverged run has no wall time)."""
-    runs: dict[tuple[str, str, str, str], list[tuple[float, float]]] = collections.defaultdict(list)
+def epoch_costs(entries: list[dict]) -> dict[tuple[str, str, str, str], dict[str, dict]]:
+    """(machine, dataset, width, backbone) -> compile mode -> runs, concurrency, seconds per epoch and GPU share
+    per epoch (medians over the runs that trained: a diverged run has no wall time). Runs on different machines
+    never share a cell."""
+    runs: dict[tuple[str, str, str, str, str], list[tuple[float, float]]] = collections.defaultdict(list)
     for entry in entries:
         if entry.get("wall_seconds") and entry.get("epochs_run"):
             per_epoch = entry["wall_seconds"] / entry["epochs_run"]
-            runs[(entry["dataset"], width_of(entry), entry["model"], compile_of(entry))].append(
+            cell = (entry.get("machine") or UNRECORDED, entry["dataset"], width_of(entry), entry["model"])
+            runs[(*cell, compile_of(entry))].append(
                 (per_epoch, entry.get("jobs_per_device", 1.0)))
-    cells: dict[tuple[str, str, str], dict[str, dict]] = collections.defaultdict(dict)
-    for (dataset, width, model, mode), seen in runs.items():
-        cells[(dataset, width, model)][mode] = {
+    cells: dict[tuple[str, str, str, str], dict[str, dict]] = collections.defaultdict(dict)
+    for (*cell, mode), seen in runs.items():
+        cells[tuple(cell)][mode] = {
             "runs": len(seen), "jobs": statistics.median(jobs for _, jobs in seen),
             "seconds": statistics.median(seconds for seconds, _ in seen),
             "share": statistics.median(seconds / jobs for seconds, jobs in seen)}
@@ -57,7 +60,7 @@ def check_entries(entries: list[dict], path: Path) -> None:
             raise OptionError(f"option --manifest: {path}: run {number} has no {', '.join(missing)}")
 
 
-def against_eager(cells: dict[tuple[str, str, str], dict[str, dict]]) -> list[tuple[tuple, str, float, float]]:
+def against_eager(cells: dict[tuple[str, str, str, str], dict[str, dict]]) -> list[tuple[tuple, str, float, float]]:
     """Per cell and compiled mode seen beside eager ("off"): its GPU share and wall seconds per epoch over
     eager's."""
     rows = []
@@ -68,7 +71,7 @@ def against_eager(cells: dict[tuple[str, str, str], dict[str, dict]]) -> list[tu
     return rows
 
 
-def whole_step_ratios(cells: dict[tuple[str, str, str], dict[str, dict]]
+def whole_step_ratios(cells: dict[tuple[str, str, str, str], dict[str, dict]]
                       ) -> list[tuple[tuple, str, str, float, float]]:
     """Per cell and whole-step mode: its GPU share per epoch over the smallest of the cell's other modes (the
     eager step and the encoder-only modes), that mode's name, and the same ratio of wall seconds per epoch."""
@@ -86,9 +89,8 @@ def whole_step_ratios(cells: dict[tuple[str, str, str], dict[str, dict]]
 
 def report(entries: list[dict], source: str) -> str:
     cells = {key: modes for key, modes in epoch_costs(entries).items() if len(modes) > 1}
-    rows = [[dataset, width, model, mode, str(cost["runs"]), f"{cost['jobs']:g}", f"{cost['seconds']:.1f}",
-             f"{cost['share']:.2f}"]
-            for (dataset, width, model), modes in sorted(cells.items()) for mode, cost in sorted(modes.items())]
+    rows = [[*key, mode, str(cost["runs"]), f"{cost['jobs']:g}", f"{cost['seconds']:.1f}", f"{cost['share']:.2f}"]
+            for key, modes in sorted(cells.items()) for mode, cost in sorted(modes.items())]
     ratios = whole_step_ratios(cells)
     ratio_rows = [[*key, mode, best, f"{share:.1f}x", f"{wall:.1f}x"] for key, mode, best, share, wall in ratios]
     slower, slower_wall = sum(share > 1 for *_, share, _ in ratios), sum(wall > 1 for *_, wall in ratios)
@@ -97,20 +99,20 @@ def report(entries: list[dict], source: str) -> str:
     lines = [
         "# Training cost in the headline grid, per compile mode", "",
         f"Written {time.strftime('%Y-%m-%d')} by `{COMMAND} --manifest {source}` from {len(entries)} manifest lines "
-        "(NVIDIA H200, runs sharing the GPU through CUDA MPS). s/epoch: the run's wall seconds over its epochs "
-        "(validation after every epoch, compilation and the test included); GPU share: s/epoch over the runs "
-        "sharing the GPU (concurrency). The modes of a cell ran in different device calls, beside different runs "
-        "and at different commits (each line's git_commit): an observation, not a controlled measurement. Only "
-        "cells where two or more modes ran.", "",
-        pipe_table(["dataset", "width", "backbone", "compile", "runs", "concurrency", "s/epoch", "GPU share s/epoch"],
-                   rows, "llllrrrr"), "",
+        "(runs sharing a GPU through CUDA MPS; a cell holds one machine's runs). s/epoch: the run's wall seconds over"
+        " its epochs (validation after every epoch, compilation and the test included); GPU share: s/epoch over the "
+        "runs sharing the GPU (concurrency). The modes of a cell ran in different device calls, beside different runs"
+        " and at different commits (each line's git_commit): an observation, not a controlled measurement. Only cells"
+        " where two or more modes ran.", "",
+        pipe_table(["machine", "dataset", "width", "backbone", "compile", "runs", "concurrency", "s/epoch",
+                    "GPU share s/epoch"], rows, "lllllrrrr"), "",
         "## The whole-step modes against the others", "",
         f"Each whole-step mode ({', '.join(WHOLE_STEP_MODES)}) over the cell's cheapest other mode (eager or an "
         f"encoder-only mode, by GPU share): its GPU share per epoch is larger in {slower} of {len(ratios)} cells, "
         f"its wall seconds per epoch in {slower_wall}. The share penalises a run that shared the GPU with fewer "
         "others (a GPU it did not fill); the wall time favours it (less contention).", "",
-        pipe_table(["dataset", "width", "backbone", "whole-step mode", "cheapest other", "GPU share ratio",
-                    "s/epoch ratio"], ratio_rows, "lllllrr"), "",
+        pipe_table(["machine", "dataset", "width", "backbone", "whole-step mode", "cheapest other",
+                    "GPU share ratio", "s/epoch ratio"], ratio_rows, "llllllrr"), "",
         "## The compiled modes against eager", "",
         "Each compiled mode over eager (off) in the cells where both ran. "
         + " ".join(f"{name}: GPU share per epoch smaller in {sum(r[2] < 1 for r in rows)} of {len(rows)} cells, "
@@ -119,8 +121,8 @@ def report(entries: list[dict], source: str) -> str:
                                       ("The whole-step modes", [r for r in eager if r[1] in WHOLE_STEP_MODES])))
         + " A run's compilation (seconds to tens of seconds, results/step.md) counts in its s/epoch, most where "
         "epochs are short.", "",
-        pipe_table(["dataset", "width", "backbone", "compile", "GPU share ratio", "s/epoch ratio"], eager_rows,
-                   "llllrr"), ""]
+        pipe_table(["machine", "dataset", "width", "backbone", "compile", "GPU share ratio", "s/epoch ratio"],
+                   eager_rows, "lllllrr"), ""]
     return "\n".join(lines)
 
 
