@@ -56,6 +56,9 @@ except OptionError as error:
     sys.exit(str(error))" "$AUTHORS_DATASETS"; then
     exit 2
 fi
+# the headline slice's options too (a preset without its base, say), before BEFORE and both grids start
+python3 -m prism_rec.cli headline run --protocol "$PROTOCOL" --out "$out" --datasets "$DATASETS" --models "$MODELS" \
+    --check || exit 2
 mkdir -p "$out"
 if [ -n "${BEFORE:-}" ]; then
     started=$SECONDS

@@ -50,6 +50,9 @@ device=${DEVICE:-$gpus}
 workers=${WORKERS:-$((12 * $(echo "$device" | tr ',' '\n' | wc -l)))}
 datasets=${DATASETS:-ml-100k,yelp-iclrec,electronics-gerec,books-dealrec,movies-long,movies-fedcsr}
 budget=${BUDGET:-520}
+# every option of the grid, refused before the compile check and any run (headline run --check)
+python3 -m prism_rec.cli headline run --protocol "$protocol" --out "$out" --datasets "$datasets" \
+    --models "${MODELS:-all}" --check || exit 2
 # new_lines_only RESULTS_FILE OUT_FILE: OUT_FILE (RESULTS_FILE's committed lines, then this call's) becomes
 # OUT_FILE's .new.jsonl with this call's lines alone
 new_lines_only() {

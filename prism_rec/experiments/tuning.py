@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import OptionError
 from ..registry import backbone_entry, trains
 
 LR_GRID = (3e-4, 1e-3, 3e-3)  # headline v2's fixed grid
@@ -27,10 +28,10 @@ PRESET_BASES = {"prism": "prism-"}  # base backbone: name prefix of its presets 
 def check_grid(rates: list[float]) -> tuple[float, ...]:
     """``rates`` as a sorted tuple; refuses an empty grid or a rate that is not a finite positive number."""
     if not rates:
-        raise ValueError("option --lr-grid: the learning-rate grid is empty")
+        raise OptionError("option --lr-grid: the learning-rate grid is empty")
     for rate in rates:
         if not (isinstance(rate, float) and 0 < rate < float("inf")):
-            raise ValueError(f"option --lr-grid: {rate!r} is not a positive learning rate")
+            raise OptionError(f"option --lr-grid: {rate!r} is not a positive learning rate")
     return tuple(sorted(set(rates)))
 
 
@@ -44,10 +45,10 @@ def parse_grid(text: str) -> tuple[float, ...]:
         try:
             rates.append(float(part))
         except ValueError:
-            raise ValueError(f"option --lr-grid: {part.strip()!r} is not a number") from None
+            raise OptionError(f"option --lr-grid: {part.strip()!r} is not a number") from None
     grid = check_grid(rates)
     if tuple(rates) != grid:
-        raise ValueError(f"option --lr-grid: the rates must increase, each once; got {text!r}")
+        raise OptionError(f"option --lr-grid: the rates must increase, each once; got {text!r}")
     return grid
 
 
@@ -64,7 +65,7 @@ class TuningGrid:
             object.__setattr__(self, "ladder", check_grid(list(self.ladder)))
             off = [r for r in self.start if r not in self.ladder]
             if off:
-                raise ValueError(f"option --lr-grid: {', '.join(f'{r:g}' for r in off)} not on the rate ladder "
+                raise OptionError(f"option --lr-grid: {', '.join(f'{r:g}' for r in off)} not on the rate ladder "
                                  f"{', '.join(f'{r:g}' for r in self.ladder)}")
 
     def rates(self, by_rate: dict[float, float]) -> tuple[float, ...]:
@@ -114,7 +115,7 @@ def check_bases(models: list[str]) -> None:
     """Refuses a model list with a preset but not the base whose rate it takes."""
     missing = sorted({tuning_base(m) for m in models} - set(models))
     if missing:
-        raise ValueError(f"option --models: {', '.join(m for m in models if tuning_base(m) in missing)} "
+        raise OptionError(f"option --models: {', '.join(m for m in models if tuning_base(m) in missing)} "
                          f"take the learning rate chosen for {', '.join(missing)}; add it to the list")
 
 

@@ -145,6 +145,22 @@ def test_a_preset_needs_its_base_and_the_grid_is_checked(tmp_path, fake_training
     assert not fake_training
 
 
+def test_check_refuses_a_preset_without_its_base_and_trains_nothing(tmp_path, fake_training, capsys):
+    """--check (what the device scripts run before any other work) applies run's every refusal, the presets'
+    bases included, and writes nothing."""
+    out = tmp_path / "grid"
+    with pytest.raises(SystemExit) as exit_:
+        main(["headline", "run", "--protocol", "v3", "--out", str(out), "--datasets", "ml-100k",
+              "--models", "mamba2-authors,prism-L1,prism-nogelu", "--check"])
+    assert exit_.value.code == 2
+    assert "option --models: prism-L1, prism-nogelu take the learning rate chosen for prism" in capsys.readouterr().err
+    main(["headline", "run", "--protocol", "v3", "--out", str(out), "--datasets", "ml-100k,yelp-iclrec",
+          "--models", "prism,prism-L1", "--widths", "d64", "--check"])
+    assert capsys.readouterr().out.strip() == ("options accepted: protocol v3, ml-100k, yelp-iclrec x prism, prism-L1, "
+                                               "5 seed(s), widths d64")
+    assert not fake_training and not out.exists()
+
+
 def test_finished_runs_feed_the_time_estimates(tmp_path, fake_training, monkeypatch):
     fed = []
     monkeypatch.setattr(driver.CorrectedEstimates, "finished", lambda self, job, seconds: fed.append(job.label))

@@ -555,6 +555,9 @@ def add_parser(subparsers) -> None:
                      help="change a training setting (for quick checks), e.g. --set epochs=1")
     run.add_argument("--eager-models", default="",
                      help="comma-separated backbones that train with compile off whatever --set compile says")
+    run.add_argument("--check", action="store_true",
+                     help="check every option (the presets' bases included), print what would train and exit "
+                          "without training or writing (for scripts that must refuse bad input before other work)")
     run.add_argument("--speculate", action="store_true",
                      help="also start the other seeds of a backbone whose rate grid is unfinished, at the rate "
                           "leading so far, after every other run (they count only if that rate is chosen)")
@@ -610,6 +613,11 @@ def command_run(args: argparse.Namespace) -> None:
     grid = protocol.grid if args.lr_grid is None else grid_from_option(args.lr_grid, protocol)
     overrides = parse_overrides(args.set)
     eager_models = frozenset(resolve_models(args.eager_models, "--eager-models") if args.eager_models else ())
+    tuning.check_bases(models)
+    if args.check:
+        print(f"options accepted: protocol {args.protocol}, {', '.join(datasets)} x {', '.join(models)}, "
+              f"{seeds} seed(s), widths {', '.join(widths)}")
+        return
     executor = executor_from_args(args, args.budget)
     try:
         counts = run_headline(datasets, models, list(range(seeds)), args.out, 1, args.budget,
