@@ -153,6 +153,18 @@ def device_note(runs: list[dict]) -> str:
                 f"{model} {kind} ({count})" for (model, kind), count in sorted(used.items())) + ".")
 
 
+def machine_note(runs: list[dict]) -> str:
+    """A sentence naming the machines the runs trained on and how many runs each (train.run's record
+    "machine"; runs recorded before it counted apart); "" when no run names one."""
+    used = collections.Counter(run.get("machine") for run in runs)
+    if not any(used):
+        return ""
+    named = [f"{machine} ({count})" for machine, count in sorted(used.items(), key=lambda item: str(item[0]))
+             if machine]
+    unnamed = f"; machine not recorded ({used[None]}: runs from before the record named it)" if used[None] else ""
+    return f" Machines: {', '.join(named)}{unnamed}."
+
+
 def design_of(runs: list[dict]) -> Design:
     """The design the runs were made under, as their manifest rows record it (``Design.record``; rows from
     before it was recorded: the default design, which made them): their datasets, (one set of) settings, the
@@ -301,7 +313,7 @@ def write_report(folders: list[Path], path: Path = REPORT, command: str = "",
                 f"### {dataset}, head width {head}\n\nTime: {mine[0]['time_kind']}. Kept: {stats['users']} users with "
                 f">= {stats['min_user_edges']} edges, {stats['items']} items, {stats['edges']} edges "
                 f"({stats['train_edges']} train, {stats['valid_edges']} validation, {stats['test_edges']} test "
-                f"cases).{scan_note(group)}{device_note(group)}\n\n{table}\n\n{paired}")
+                f"cases).{scan_note(group)}{device_note(group)}{machine_note(group)}\n\n{table}\n\n{paired}")
         values: dict = {}
         joined = protocols_table(cells, next_cells, dataset, models, design, values)
         cell_table = pipe_table(["protocol", "implementation", "heads", "seeds", "PRISM - GDN", "Welch interval",

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from ...errors import OptionError
+from ...tracking.store import machine_description
 from .data import EdgeTask, fallback_features
 from .metrics import BATCH, case_counts, link_metrics, retrieval_metrics
 from .model import CHANNEL, POP, LinkModel, check_model, check_scan_backend, head_width, scan_backend_used
@@ -274,7 +275,8 @@ def run(task: EdgeTask, config: RunConfig, device: torch.device, deadline: float
     """Train and evaluate ``config.model`` on ``task``; the run's record, or None when ``deadline``
     (time.monotonic) passed before it finished. ``graphs``: full training batches replay CUDA graphs
     (``TrainingLoss``; default: ``step_kind``'s choice). ``scan_backend``: the delta scan's backend in
-    backbones that run it (model.LinkModel); the record's "scan" names the one used (None: no scan)."""
+    backbones that run it (model.LinkModel); the record's "scan" names the one used (None: no scan), its
+    "machine" the device's model (tracking.store.machine_description)."""
     start = time.monotonic()
     config.check()
     check_scan_backend(scan_backend, config.model, device)
@@ -305,7 +307,7 @@ def run(task: EdgeTask, config: RunConfig, device: torch.device, deadline: float
                   "task": task.stats, "curve": curve, "best_epoch": stopper.best_epoch, "epochs": len(curve),
                   "n_parameters": sum(p.numel() for p in scorer.model.parameters()) if scorer.model else 0,
                   "width": scorer.model.scorer.width if scorer.model else 0, "n_items": len(task.items),
-                  "device": str(device), "step": step,
+                  "device": str(device), "machine": machine_description(device), "step": step,
                   "scan": scan_backend_used(config.model, scan_backend, device, 1 + config.n_neighbours)}
         for part, name, seed in ((1, "valid", VALID_NEGATIVE_SEED), (2, "test", TEST_NEGATIVE_SEED)):
             links = evaluate_links(scorer, part, seed, config.batch_size)
