@@ -127,16 +127,21 @@ def choose_rate(valid_auc_by_rate: dict[float, float], grid: tuple[float, ...]) 
     return max(sorted(grid), key=lambda rate: (valid_auc_by_rate[rate], -rate))
 
 
-def valid_auc_by_rate(entries: list[dict]) -> dict[tuple[str, str], dict[float, float]]:
-    """{(dataset, base backbone): {rate: best validation AUC of seed 0}} from manifest lines with
-    ``dataset``, ``model``, ``seed``, ``lr`` and ``best_valid_auc`` (-inf for a run that diverged before its
-    first validation); the newest line per (dataset, model, rate) counts."""
-    seen: dict[tuple[str, str], dict[float, float]] = {}
+def seed0_by_rate(entries: list[dict], value) -> dict[tuple[str, str], dict[float, object]]:
+    """{(dataset, base backbone): {rate: ``value``(line)}} over the seed-0 manifest lines of the base backbones
+    (``dataset``, ``model``, ``seed``, ``lr``); the newest line per (dataset, model, rate) counts."""
+    seen: dict[tuple[str, str], dict[float, object]] = {}
     for entry in entries:
         model = entry["model"]
         if entry["seed"] == TUNING_SEED and trains(model) and model == tuning_base(model):
-            seen.setdefault((entry["dataset"], entry["model"]), {})[float(entry["lr"])] = entry["best_valid_auc"]
+            seen.setdefault((entry["dataset"], entry["model"]), {})[float(entry["lr"])] = value(entry)
     return seen
+
+
+def valid_auc_by_rate(entries: list[dict]) -> dict[tuple[str, str], dict[float, float]]:
+    """{(dataset, base backbone): {rate: best validation AUC of seed 0}} (``seed0_by_rate`` of
+    ``best_valid_auc``: -inf for a run that diverged before its first validation)."""
+    return seed0_by_rate(entries, lambda entry: entry["best_valid_auc"])
 
 
 def chosen_rates(entries: list[dict], grid: TuningGrid | tuple[float, ...] = LR_GRID

@@ -364,3 +364,26 @@ def test_the_page_says_where_the_table_runs_trained():
         f"8 on {gpu}, 2 on {cpu}, 1 on machine not recorded; seeds on a CPU (fp32) beside seeds on a GPU "
         "(bf16 autocast) in 1 cell: ml-100k/prism-L1")
     assert v3_tables.machines_text({k: v for k, v in cells.items() if k[1] == "prism"}) == f"5 on {gpu}"
+
+
+def test_the_rate_table_marks_seed_0_rates_trained_on_a_cpu_beside_gpu_ones():
+    from prism_rec.experiments.headline import v3_tables
+    from prism_rec.tracking.store import machine_description
+
+    gpu, cpu = "NVIDIA H100 80GB HBM3 (CUDA 13.0)", machine_description(torch.device("cpu"))
+
+    def seed0(model, lr, auc, machine):
+        return {"dataset": "ml-100k", "model": model, "seed": 0, "lr": lr, "best_valid_auc": auc, "machine": machine}
+
+    entries = [seed0("sasrec", 3e-4, 0.80, gpu), seed0("sasrec", 1e-3, 0.82, gpu), seed0("sasrec", 3e-3, 0.84, gpu),
+               seed0("sasrec", 1e-2, 0.83, cpu), seed0("prism", 3e-4, 0.80, cpu), seed0("prism", 1e-3, 0.81, cpu),
+               {**seed0("sasrec", 1e-3, 0.82, gpu), "seed": 1, "machine": cpu}]  # not seed 0: not marked
+    lines, counts = v3_tables.tuning_table(entries, {}, "d64")
+    table = "\n".join(lines)
+    assert ("| ml-100k | sasrec | 0.0003 0.8000, 0.001 0.8200, **0.003** 0.8400, 0.01 0.8300 (CPU) | 0.003 | — |"
+            in table)
+    assert "| ml-100k | prism | 0.0003 0.8000, 0.001 0.8100 | incomplete (next 0.003) | — |" in table  # all on CPU
+    assert lines[-1] == ("In 1 cell seed 0 trained on a CPU (fp32) at the rates marked (CPU) and on a GPU (bf16 "
+                         "autocast) at the others, so the choice compares runs of two numeric settings.")
+    assert counts["cells"] == 2
+    assert "(CPU)" not in "\n".join(v3_tables.tuning_table(entries[:3], {}, "d64")[0])

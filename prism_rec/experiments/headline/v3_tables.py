@@ -78,11 +78,16 @@ def tuning_table(entries: list[dict], v2_choices: dict, width: str) -> tuple[lis
     edge flag, and v2's choice; returns the lines and counts: the cells whose rate moved from v2 ("moved"), those
     with a choice in both protocols ("compared"), all cells and those at an edge."""
     by_rate = tuning.valid_auc_by_rate(entries)
+    on_cpu = tuning.seed0_by_rate(entries, lambda entry: is_cpu_machine(entry.get("machine") or ""))
     grid = V3.grid
-    rows, moved, compared, edges = [], [], 0, 0
+    rows, moved, compared, edges, mixed = [], [], 0, 0, 0
     for (dataset, base), rates in sorted(by_rate.items()):
         chosen = grid.choice(rates)
-        tried = ", ".join(f"**{r:g}** {v:.4f}" if r == chosen else f"{r:g} {v:.4f}" for r, v in sorted(rates.items()))
+        cpu = on_cpu[(dataset, base)]
+        marked = len(set(cpu.values())) == 2  # seed 0 trained on a CPU at some rates, on a GPU at others
+        mixed += marked
+        tried = ", ".join((f"**{r:g}**" if r == chosen else f"{r:g}") + f" {v:.4f}"
+                          + (" (CPU)" if marked and cpu[r] else "") for r, v in sorted(rates.items()))
         edge = grid.at_edge(rates)
         edges += edge
         before = v2_choices.get((dataset, base)) if width == WIDTH else None
@@ -97,6 +102,10 @@ def tuning_table(entries: list[dict], v2_choices: dict, width: str) -> tuple[lis
     lines = [pipe_table(["dataset", "backbone", "rates tried (seed 0: best validation AUC)", "chosen", "v2 chose"],
                         rows, align="lllrr"), "",
              f"{edges} of {len(rows)} cells are still at an edge of their grid (⚠)."]
+    if mixed:
+        lines.append(f"In {mixed} cell{'s' if mixed > 1 else ''} seed 0 trained on a CPU (fp32) at the rates marked "
+                     "(CPU) and on a GPU (bf16 autocast) at the others, so the choice compares runs of two numeric "
+                     "settings.")
     return lines, {"moved": moved, "compared": compared, "cells": len(rows), "edges": edges}
 
 
