@@ -1,8 +1,6 @@
 """Runs, the grid and the report of the authors' protocol on the tiny edge list (CPU, seconds)."""
 
 import json
-import os
-import platform
 
 import pytest
 import torch
@@ -15,6 +13,7 @@ from prism_rec.protocols.authors import grid
 from prism_rec.protocols.authors.design import DESIGN_MODELS, Design
 from prism_rec.protocols.authors.report import device_note, machine_note, scan_note, write_report
 from prism_rec.protocols.authors.train import GRAPHED_MODELS, EarlyStopping, RunConfig, run, step_kind
+from prism_rec.tracking.store import machine_description
 
 TINY = dict(epochs=2, batch_size=16, n_neighbours=3, channel=4, n_heads=1)
 CPU = torch.device("cpu")
@@ -201,7 +200,7 @@ def test_the_report_names_the_scan_backends_the_runs_trained_with():
 
 def test_the_record_names_its_machine_and_the_report_counts_them(task):
     record = run(task, RunConfig(model="null", **TINY), CPU, log=lambda line: None)
-    assert record["machine"] == f"{platform.machine()} CPU, {os.cpu_count()} cores"
+    assert record["machine"] == machine_description(CPU)  # as the headline's records name a machine
     runs = [{"machine": "NVIDIA H100 80GB HBM3 (CUDA 13.0)"}] * 2 + [{"machine": "NVIDIA H200 (CUDA 13.0)"}, {}]
     assert machine_note(runs) == (" Machines: NVIDIA H100 80GB HBM3 (CUDA 13.0) (2), NVIDIA H200 (CUDA 13.0) (1); "
                                   "machine not recorded (1: runs from before the record named it).")
